@@ -1,0 +1,74 @@
+//! `themisto bench-model`: prompt and generation speed of one model.
+
+use crate::bench::{self, median, BenchConfig};
+use crate::model::device::DeviceSpec;
+use crate::model::fetch::{self, FetchOptions};
+use crate::model::gguf::{self, WeightsPolicy};
+use crate::model::registry::{self, DEFAULT_MODEL};
+use clap::Args;
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Model: a registry id, a card (.toml), a .gguf file or a folder.
+    #[arg(long, default_value = DEFAULT_MODEL)]
+    pub model: String,
+    /// Prompt length in tokens.
+    #[arg(long, default_value_t = 512)]
+    pub prompt_tokens: usize,
+    /// Tokens generated after the prompt.
+    #[arg(long, default_value_t = 128)]
+    pub gen_tokens: usize,
+    /// Measured repeats (the median is reported).
+    #[arg(long, default_value_t = 3)]
+    pub repeats: usize,
+    /// Device: cpu, cuda or cuda:N.
+    #[arg(long, default_value = "cpu")]
+    pub device: DeviceSpec,
+    /// How weights are held: auto, quantized, f32 or f16.
+    #[arg(long, default_value = "auto")]
+    pub weights: WeightsPolicy,
+    /// CPU threads.
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn execute(args: BenchArgs) -> anyhow::Result<()> {
+    super::run::set_threads(args.threads);
+    let card = registry::resolve_spec(&args.model)?;
+    let resolved = fetch::fetch(&card, &FetchOptions::from_env())?;
+    let device = args.device.open()?;
+    let t = std::time::Instant::now();
+    let mut loaded = gguf::load_with(&resolved, &device, args.weights)?;
+    let load_s = t.elapsed().as_secs_f64();
+    let cfg = BenchConfig { prompt_tokens: args.prompt_tokens, gen_tokens: args.gen_tokens, repeats: args.repeats.max(1) };
+    let r = bench::bench(&mut loaded.model, &loaded.tokenizer, &cfg)?;
+    let threads = candle_core::utils::get_num_threads();
+    if args.json {
+        let v = serde_json::json!({
+            "model": loaded.info, "config": cfg, "threads": threads, "load_s": load_s,
+            "prompt_tokens_per_s": r.prompt_tokens_per_s, "gen_tokens_per_s": r.gen_tokens_per_s,
+            "prompt_tokens_per_s_median": median(&r.prompt_tokens_per_s),
+            "gen_tokens_per_s_median": median(&r.gen_tokens_per_s),
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        println!("model     {} ({}, weights {})", loaded.info.id, loaded.info.quantization, loaded.info.weights);
+        println!("device    {} with {threads} threads; load {load_s:.2} s", args.device);
+        println!(
+            "prompt    {:.1} tokens/s (median of {}; {} tokens)",
+            median(&r.prompt_tokens_per_s),
+            cfg.repeats,
+            cfg.prompt_tokens
+        );
+        println!(
+            "generate  {:.1} tokens/s (median of {}; {} tokens)",
+            median(&r.gen_tokens_per_s),
+            cfg.repeats,
+            cfg.gen_tokens
+        );
+    }
+    Ok(())
+}

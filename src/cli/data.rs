@@ -1,0 +1,329 @@
+//! `themisto data ...`: convert, inspect, sample and fetch trajectory data.
+//!
+//! Owns the `data` subcommands' arguments and their printing; the work is done
+//! by [`crate::data`]. Hands files to later commands: canonical JSONL
+//! (`convert`) and sample lists (`sample`, read back with `--samples FILE`).
+
+use crate::data::loader::{LoadReport, Loaded};
+use crate::data::protocol::{self, PER_TASK};
+use crate::data::{canonical, hub, stats, DataSpec, LoadOptions};
+use anyhow::Context;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+/// The `data` subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub enum DataCommand {
+    /// Convert notebooks, JuNE logs, Themisto release rows or folders of them
+    /// into canonical trajectory JSONL.
+    Convert {
+        /// Input files or folders (.ipynb, .csv, .parquet, .json, .jsonl, or a
+        /// folder searched recursively; `hf://owner/name[@rev]` for a cached hub dataset).
+        #[arg(required = true, value_name = "INPUT")]
+        inputs: Vec<PathBuf>,
+        /// Where to write the canonical JSONL.
+        #[arg(long, value_name = "FILE.jsonl")]
+        out: PathBuf,
+        /// Skip malformed rows, lines, cells (and, inside folders, whole files),
+        /// count and report them, instead of stopping at the first.
+        #[arg(long)]
+        skip_invalid: bool,
+    },
+    /// Print statistics of a dataset in any supported format.
+    Stats {
+        /// The dataset (`sample`, a file, a folder, or `hf://owner/name[@rev]`).
+        #[arg(value_name = "FILE")]
+        file: DataSpec,
+    },
+    /// Draw the benchmark's samples and write them as a sample list.
+    Sample {
+        /// The sampling protocol.
+        #[arg(long, value_enum, default_value_t = Protocol::Themisto)]
+        protocol: Protocol,
+        /// Seed of the draw (ChaCha8); the same seed gives the same list.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Samples per task.
+        #[arg(long, default_value_t = PER_TASK)]
+        per_task: usize,
+        /// The dataset (`sample`, a file, a folder, or `hf://owner/name[@rev]`).
+        #[arg(value_name = "INPUT")]
+        input: DataSpec,
+        /// Where to write the sample list (one `{"task","trajectory","step"}` per line).
+        #[arg(long, value_name = "FILE.jsonl")]
+        out: PathBuf,
+    },
+    /// Download a dataset repo from the Hugging Face hub into the hub cache
+    /// (HF_HUB_CACHE, HF_HOME; HF_HUB_OFFLINE=1 only checks the cache).
+    Fetch {
+        /// Dataset repo id, `owner/name`.
+        #[arg(value_name = "REPO_ID")]
+        repo_id: String,
+        /// Branch, tag or commit to fetch.
+        #[arg(long, default_value = "main")]
+        revision: String,
+    },
+}
+
+/// Sampling protocols.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Protocol {
+    /// Themisto: 5 earlier steps, no empty targets, 0.99 length cap, 10/180/10 by length quartile.
+    Themisto,
+}
+
+/// Run a `data` subcommand.
+pub fn execute(cmd: DataCommand) -> anyhow::Result<()> {
+    match cmd {
+        DataCommand::Convert {
+            inputs,
+            out,
+            skip_invalid,
+        } => convert(&inputs, &out, skip_invalid),
+        DataCommand::Stats { file } => {
+            let loaded = crate::data::load_with(&file, &LoadOptions::default())?;
+            print!("{}", file_summary(&loaded.report));
+            println!("{}", stats::compute(&loaded.dataset, Some(&loaded.report)));
+            Ok(())
+        }
+        DataCommand::Sample {
+            protocol: Protocol::Themisto,
+            seed,
+            per_task,
+            input,
+            out,
+        } => {
+            let loaded = crate::data::load_with(&input, &LoadOptions::default())?;
+            let outcome = protocol::themisto_protocol(&loaded.dataset, seed, per_task);
+            write_file(&out, |w| protocol::write_sample_list(&outcome.refs, w))?;
+            for t in &outcome.tasks {
+                eprintln!(
+                    "{}: {} candidates, {} empty, {} over the 0.99 cap ({}), strata {}/{}/{} available, drawn {}/{}/{} + {} filled",
+                    t.task,
+                    t.candidates,
+                    t.empty_dropped,
+                    t.over_cap_dropped,
+                    t.length_cap.map_or("-".into(), |c| format!("{c:.1} chars")),
+                    t.available.bottom,
+                    t.available.middle,
+                    t.available.top,
+                    t.drawn.bottom,
+                    t.drawn.middle,
+                    t.drawn.top,
+                    t.filled
+                );
+            }
+            for w in &outcome.warnings {
+                eprintln!("warning: {w}");
+            }
+            println!("wrote {} samples to {}", outcome.refs.len(), out.display());
+            Ok(())
+        }
+        DataCommand::Fetch { repo_id, revision } => {
+            let cache = hub::cache_dir_from_env()?;
+            let offline = hub::offline_from_env();
+            let snap = hub::fetch(&cache, &repo_id, &revision, offline, true)?;
+            println!("{} @ {} (commit {})", snap.repo, snap.revision, snap.commit);
+            println!("{}", snap.dir.display());
+            for f in &snap.files {
+                println!("  {}", f.display());
+            }
+            println!(
+                "convert with: themisto data convert hf://{}@{} --out FILE.jsonl",
+                snap.repo, snap.revision
+            );
+            Ok(())
+        }
+    }
+}
+
+fn convert(inputs: &[PathBuf], out: &Path, skip_invalid: bool) -> anyhow::Result<()> {
+    let opts = LoadOptions {
+        skip_invalid,
+        hub_cache: None,
+    };
+    let loaded: Loaded = if let [one] = inputs {
+        crate::data::load_with(&DataSpec::File(one.clone()), &opts)?
+    } else {
+        // Several inputs: `hf://` ones become their cached snapshot folders.
+        let mut paths = Vec::with_capacity(inputs.len());
+        for p in inputs {
+            match hub::parse_spec(&p.to_string_lossy()) {
+                Some((repo, rev)) => {
+                    paths.push(hub::resolve_cached(&hub::cache_dir_from_env()?, &repo, &rev)?.dir)
+                }
+                None => paths.push(p.clone()),
+            }
+        }
+        crate::data::load_paths(&paths, &opts)?
+    };
+    write_file(out, |w| canonical::write(&loaded.dataset, w))?;
+    print!("{}", file_summary(&loaded.report));
+    let r = &loaded.report;
+    println!(
+        "wrote {} trajectories, {} steps to {}",
+        loaded.dataset.trajectories.len(),
+        loaded.dataset.step_count(),
+        out.display()
+    );
+    if r.notebooks() > 0 {
+        println!(
+            "notebooks: {}, skipped cells (no execution count): {}, non-linear: {}",
+            r.notebooks(),
+            r.skipped_cells(),
+            r.non_linear_notebooks()
+        );
+    }
+    if r.empty_trajectories > 0 {
+        println!(
+            "left out (no executed steps): {} trajectories",
+            r.empty_trajectories
+        );
+    }
+    if skip_invalid {
+        println!(
+            "skipped as invalid: {} records, {} files",
+            r.skipped_records(),
+            r.skipped_files.len()
+        );
+        for e in r
+            .files
+            .iter()
+            .flat_map(|f| f.skipped.iter())
+            .chain(&r.skipped_files)
+            .take(10)
+        {
+            println!("  {e}");
+        }
+    }
+    Ok(())
+}
+
+/// One line per file read (per folder: counts by format), then ignored files.
+fn file_summary(report: &LoadReport) -> String {
+    let mut s = String::new();
+    if report.files.len() <= 10 {
+        for f in &report.files {
+            s.push_str(&format!(
+                "{}: {}, {} trajectories, {} steps\n",
+                f.path.display(),
+                f.format,
+                f.trajectories,
+                f.steps
+            ));
+        }
+    } else {
+        s.push_str(&format!("{} files read\n", report.files.len()));
+    }
+    for p in &report.ignored {
+        s.push_str(&format!(
+            "ignored (no trajectory source): {}\n",
+            p.display()
+        ));
+    }
+    s
+}
+
+fn write_file(
+    path: &Path,
+    body: impl FnOnce(&mut BufWriter<std::fs::File>) -> std::io::Result<()>,
+) -> anyhow::Result<()> {
+    let file =
+        std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+    let mut w = BufWriter::new(file);
+    body(&mut w)
+        .and_then(|()| w.flush())
+        .with_context(|| format!("cannot write {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{CommandFactory, Parser};
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        cmd: DataCommand,
+    }
+
+    #[test]
+    fn every_option_has_help() {
+        let cmd = Cli::command();
+        cmd.clone().debug_assert();
+        for sub in cmd.get_subcommands() {
+            assert!(sub.get_about().is_some(), "{} has no help", sub.get_name());
+            for arg in sub.get_arguments().filter(|a| a.get_id() != "help") {
+                assert!(
+                    arg.get_help().is_some(),
+                    "{} {} has no help",
+                    sub.get_name(),
+                    arg.get_id()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn parses_sample_defaults() {
+        let cli = Cli::try_parse_from(["data", "sample", "x.jsonl", "--out", "s.jsonl"]).unwrap();
+        match cli.cmd {
+            DataCommand::Sample {
+                protocol,
+                seed,
+                per_task,
+                input,
+                ..
+            } => {
+                assert_eq!((protocol, seed, per_task), (Protocol::Themisto, 0, 200));
+                assert_eq!(input, DataSpec::File("x.jsonl".into()));
+            }
+            other => panic!("parsed as {other:?}"),
+        }
+        assert!(
+            Cli::try_parse_from(["data", "sample", "--protocol", "other", "x", "--out", "y"])
+                .is_err()
+        );
+        assert!(
+            Cli::try_parse_from(["data", "convert", "--out", "y"]).is_err(),
+            "INPUT is required"
+        );
+    }
+
+    #[test]
+    fn convert_then_sample_writes_files() {
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/data");
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("all.jsonl");
+        execute(DataCommand::Convert {
+            inputs: vec![
+                fixtures.join("june/small.csv"),
+                fixtures.join("themisto/rows.jsonl"),
+            ],
+            out: out.clone(),
+            skip_invalid: false,
+        })
+        .unwrap();
+        let d = crate::data::load(&DataSpec::File(out.clone())).unwrap();
+        assert_eq!(d.trajectories.len(), 4);
+        assert_eq!(d.step_count(), 8 + 6);
+        let samples = tmp.path().join("samples.jsonl");
+        execute(DataCommand::Sample {
+            protocol: Protocol::Themisto,
+            seed: 1,
+            per_task: 200,
+            input: DataSpec::File(out),
+            out: samples.clone(),
+        })
+        .unwrap();
+        // No trajectory has six steps: an empty (but written) list.
+        assert_eq!(std::fs::read_to_string(samples).unwrap(), "");
+        let err = execute(DataCommand::Convert {
+            inputs: vec![fixtures.join("themisto/bad.jsonl")],
+            out: tmp.path().join("bad.jsonl"),
+            skip_invalid: false,
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("line 3: field `code`"), "{err}");
+    }
+}

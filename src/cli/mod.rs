@@ -1,0 +1,70 @@
+//! The command line: clap definitions that become validated configurations.
+//! Each command lives in its own file and exposes its arguments and an
+//! `execute` function; [`dispatch`] routes to them.
+
+pub mod bench;
+pub mod models;
+pub mod run;
+
+use clap::{Parser, Subcommand};
+
+/// themisto: the Themisto notebook benchmark on local open-weight models.
+#[derive(Debug, Parser)]
+#[command(name = "themisto", version, about, long_about = None, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the benchmark: both tasks, with and without runtime information.
+    Run(run::RunArgs),
+    /// List and fetch the models of the registry.
+    Models {
+        #[command(subcommand)]
+        cmd: models::ModelsCommand,
+    },
+    /// Measure a model's prompt and generation speed.
+    BenchModel(bench::BenchArgs),
+}
+
+/// Run a parsed command line.
+pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Run(args) => run::execute(args),
+        Command::Models { cmd } => models::execute(cmd),
+        Command::BenchModel(args) => bench::execute(args),
+    }
+}
+
+/// Exit code for an error: 2 for bad input or configuration, 3 for a model
+/// that cannot be fetched or loaded, 1 for anything else.
+pub fn exit_code(err: &anyhow::Error) -> i32 {
+    use crate::model::ModelError;
+    use crate::run::RunError;
+    for cause in err.chain() {
+        if let Some(e) = cause.downcast_ref::<RunError>() {
+            return match e {
+                RunError::Config(_) | RunError::Data(_) | RunError::Prompt(_) => 2,
+                RunError::Model(m) => model_code(m),
+                RunError::Io { .. } => 1,
+            };
+        }
+        if let Some(m) = cause.downcast_ref::<ModelError>() {
+            return model_code(m);
+        }
+        if cause.downcast_ref::<crate::data::DataError>().is_some() {
+            return 2;
+        }
+    }
+    1
+}
+
+fn model_code(m: &crate::model::ModelError) -> i32 {
+    use crate::model::ModelError;
+    match m {
+        ModelError::UnknownModel { .. } | ModelError::Card { .. } => 2,
+        _ => 3,
+    }
+}

@@ -1,0 +1,53 @@
+//! `themisto models list` and `themisto models fetch ID`.
+
+use crate::model::fetch::{self, FetchOptions};
+use crate::model::registry;
+use clap::Subcommand;
+
+#[derive(Debug, Subcommand)]
+pub enum ModelsCommand {
+    /// List the known models and whether their files are present.
+    List,
+    /// Download a model's files (if not cached) and check their sha256.
+    Fetch {
+        /// Model id from `models list`, a card (.toml), a .gguf file or a folder.
+        id: String,
+    },
+}
+
+pub fn execute(cmd: ModelsCommand) -> anyhow::Result<()> {
+    let opts = FetchOptions::from_env();
+    match cmd {
+        ModelsCommand::List => {
+            println!("{:<32} {:<8} {:>9} {:<8} status", "id", "arch", "size", "format");
+            for card in registry::builtin_cards() {
+                let size: u64 = card.files.iter().filter_map(|f| f.size).sum();
+                let mut attempts = Vec::new();
+                let status = match fetch::find_present(&card, &opts, &mut attempts) {
+                    Some(r) => format!("present ({})", r.origin),
+                    None if attempts.is_empty() => "not fetched".to_string(),
+                    None => format!("not usable: {}", attempts.join("; ")),
+                };
+                let default = if card.id == registry::DEFAULT_MODEL { " (default)" } else { "" };
+                println!(
+                    "{:<32} {:<8} {:>6} MB {:<8} {status}{default}",
+                    card.id,
+                    card.architecture,
+                    size / 1_000_000,
+                    format!("{:?}", card.prompt_format).to_lowercase(),
+                );
+            }
+            println!("\nthemisto cache: {}\nhub cache:      {}", opts.home.display(), opts.hub_cache.display());
+            Ok(())
+        }
+        ModelsCommand::Fetch { id } => {
+            let card = registry::resolve_spec(&id)?;
+            let r = fetch::fetch(&card, &opts)?;
+            for (p, sha) in r.paths.iter().zip(&r.sha256) {
+                println!("{}  {}", sha, p.display());
+            }
+            println!("{} ready (from {})", card.id, r.origin);
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,244 @@
+//! `themisto run`: arguments, validation into a [`RunConfig`], execution and
+//! the summary table on stdout.
+
+use crate::data::samples::Task;
+use crate::metrics::MetricOptions;
+use crate::model::device::DeviceSpec;
+use crate::model::fetch::FetchOptions;
+use crate::model::gguf::WeightsPolicy;
+use crate::model::registry::DEFAULT_MODEL;
+use crate::prompt::PromptSettings;
+use crate::run::config::{RunConfig, Selection};
+use crate::run::{self, RunError, RunOptions};
+use clap::{Args, ValueEnum};
+use std::path::PathBuf;
+
+/// Which tasks to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TaskArg {
+    NextCell,
+    Output,
+    All,
+}
+
+impl TaskArg {
+    pub fn tasks(self) -> Vec<Task> {
+        match self {
+            TaskArg::NextCell => vec![Task::NextCell],
+            TaskArg::Output => vec![Task::Output],
+            TaskArg::All => Task::ALL.to_vec(),
+        }
+    }
+}
+
+/// Which runtime variants to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RuntimeArg {
+    Off,
+    On,
+    Both,
+}
+
+impl RuntimeArg {
+    pub fn variants(self) -> Vec<bool> {
+        match self {
+            RuntimeArg::Off => vec![false],
+            RuntimeArg::On => vec![true],
+            RuntimeArg::Both => vec![false, true],
+        }
+    }
+}
+
+/// How samples are chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ProtocolArg {
+    /// The Themisto protocol: 200 per task, stratified by target length.
+    Themisto,
+    /// Every step with at least 5 earlier steps and a non-empty target.
+    All,
+}
+
+/// Options shared by commands that build prompts and run models.
+#[derive(Debug, Clone, Args)]
+pub struct CommonArgs {
+    /// Model: a registry id (`themisto models list`), a card (.toml), a .gguf file or a folder.
+    #[arg(long, default_value = DEFAULT_MODEL)]
+    pub model: String,
+    /// Trajectories: `sample` (embedded), or a file in a supported format.
+    #[arg(long, default_value = "sample")]
+    pub data: String,
+    /// Run the samples listed in this file (JSONL of task, trajectory, step) instead of a protocol.
+    #[arg(long, value_name = "FILE")]
+    pub samples: Option<PathBuf>,
+    /// How samples are chosen when --samples is not given.
+    #[arg(long, value_enum, default_value_t = ProtocolArg::Themisto)]
+    pub protocol: ProtocolArg,
+    /// Tasks to run.
+    #[arg(long, value_enum, default_value_t = TaskArg::All)]
+    pub task: TaskArg,
+    /// Runtime variants: without runtime information, with it, or both.
+    #[arg(long, value_enum, default_value_t = RuntimeArg::Both)]
+    pub runtime: RuntimeArg,
+    /// At most N samples per task × runtime group (a deterministic choice by --seed).
+    #[arg(long, value_name = "N")]
+    pub limit: Option<usize>,
+    /// The model window for prompt plus generation, in tokens.
+    #[arg(long, default_value_t = 2048, value_name = "N")]
+    pub context_tokens: usize,
+    /// Most tokens generated per sample.
+    #[arg(long, default_value_t = 256, value_name = "N")]
+    pub max_new_tokens: usize,
+    /// Largest share of the prompt budget the runtime block may take (0 to 1).
+    #[arg(long, default_value_t = 0.25, value_name = "F")]
+    pub runtime_share: f64,
+    /// Characters of each variable's repr shown in the runtime block.
+    #[arg(long, default_value_t = 80, value_name = "N")]
+    pub repr_chars: usize,
+    /// A prompt template file; replaces the built-in one of its task and variant (repeatable).
+    #[arg(long = "prompt-template", value_name = "PATH")]
+    pub prompt_templates: Vec<PathBuf>,
+    /// Seed for sample selection and bootstrap intervals.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Device: cpu, cuda or cuda:N (CUDA needs a build with --features cuda).
+    #[arg(long, default_value = "cpu")]
+    pub device: DeviceSpec,
+    /// How weights are held: auto (f32 on CPU for types without a SIMD kernel in candle, e.g. Q4_1; else quantized), quantized, f32 or f16.
+    #[arg(long, default_value = "auto")]
+    pub weights: WeightsPolicy,
+    /// CPU threads (default: all cores; RAYON_NUM_THREADS also works).
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
+    /// Also compute chrF++ (word order 2) alongside chrF.
+    #[arg(long)]
+    pub chrf_plus: bool,
+    /// Also compute rougeLsum (newline-split summary-level ROUGE-L).
+    #[arg(long)]
+    pub rouge_lsum: bool,
+    /// Output folder (default: runs/<time>-<model>).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Continue a run in --out: samples already recorded are not run again.
+    #[arg(long)]
+    pub resume: bool,
+    /// No progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+impl CommonArgs {
+    /// The selection these arguments ask for.
+    pub fn selection(&self) -> Selection {
+        match (&self.samples, self.protocol) {
+            (Some(path), _) => Selection::File { path: path.clone() },
+            (None, ProtocolArg::Themisto) => Selection::Themisto,
+            (None, ProtocolArg::All) => Selection::All,
+        }
+    }
+
+    pub fn prompt_settings(&self) -> PromptSettings {
+        PromptSettings {
+            context_tokens: self.context_tokens,
+            max_new_tokens: self.max_new_tokens,
+            runtime_share: self.runtime_share,
+            repr_chars: self.repr_chars,
+        }
+    }
+
+    /// Checks that need no model or data.
+    pub fn validate(&self) -> Result<(), RunError> {
+        if self.max_new_tokens == 0 {
+            return Err(RunError::Config("--max-new-tokens must be at least 1".into()));
+        }
+        if self.max_new_tokens >= self.context_tokens {
+            return Err(RunError::Config(format!(
+                "--max-new-tokens {} leaves no room for a prompt in --context-tokens {}",
+                self.max_new_tokens, self.context_tokens
+            )));
+        }
+        if !(0.0..=1.0).contains(&self.runtime_share) {
+            return Err(RunError::Config(format!("--runtime-share must be between 0 and 1, got {}", self.runtime_share)));
+        }
+        if self.limit == Some(0) {
+            return Err(RunError::Config("--limit must be at least 1".into()));
+        }
+        Ok(())
+    }
+}
+
+impl RunArgs {
+    /// Validate into a configuration.
+    pub fn config(&self) -> Result<RunConfig, RunError> {
+        let c = &self.common;
+        c.validate()?;
+        if self.threads == Some(0) {
+            return Err(RunError::Config("--threads must be at least 1".into()));
+        }
+        Ok(RunConfig {
+            model: c.model.clone(),
+            data: c.data.clone(),
+            selection: c.selection(),
+            tasks: c.task.tasks(),
+            runtime: c.runtime.variants(),
+            limit: c.limit,
+            seed: c.seed,
+            prompt: c.prompt_settings(),
+            prompt_templates: c.prompt_templates.clone(),
+            metrics: MetricOptions {
+                chrf_word_order: if self.chrf_plus { 2 } else { 0 },
+                rouge_lsum: self.rouge_lsum,
+            },
+            device: self.device,
+            weights: self.weights,
+            threads: self.threads,
+        })
+    }
+}
+
+/// Set the CPU thread count before any parallel work starts.
+pub fn set_threads(threads: Option<usize>) {
+    if let Some(n) = threads {
+        // Read by candle's CPU kernels and by rayon's global pool.
+        std::env::set_var("RAYON_NUM_THREADS", n.to_string());
+        let _ = rayon::ThreadPoolBuilder::new().num_threads(n).build_global();
+    }
+}
+
+/// A fresh run folder name: `runs/<UTC time>-<model>`.
+pub fn default_out(model: &str) -> PathBuf {
+    let stamp = chrono::Utc::now().format("%Y%m%d-%H%M%S");
+    let name: String = model
+        .rsplit('/')
+        .next()
+        .unwrap_or(model)
+        .trim_end_matches(".gguf")
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '-' { c } else { '_' })
+        .collect();
+    PathBuf::from("runs").join(format!("{stamp}-{name}"))
+}
+
+pub fn execute(args: RunArgs) -> anyhow::Result<()> {
+    let cfg = args.config()?;
+    set_threads(cfg.threads);
+    let out = args.out.clone().unwrap_or_else(|| default_out(&cfg.model));
+    let mut fetch = FetchOptions::from_env();
+    fetch.progress = !args.quiet;
+    let opts = RunOptions { out: out.clone(), resume: args.resume, progress: !args.quiet, fetch };
+    let results = run::run(&cfg, &opts)?;
+    print!("{}", crate::report::table::groups_table(&results.groups));
+    if let Some(t) = &results.throughput {
+        println!(
+            "\nprompt {:.1} tokens/s, generation {:.1} tokens/s, wall {:.1} s",
+            t.prompt_tokens_per_s, t.gen_tokens_per_s, t.wall_s
+        );
+    }
+    println!("results: {}", out.display());
+    Ok(())
+}

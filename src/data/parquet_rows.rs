@@ -1,0 +1,94 @@
+//! Parquet files as JSON-like rows.
+//!
+//! Owns the one place that touches the parquet crate: it reads every row of a
+//! file with the `parquet::record` row API and turns it into a JSON object
+//! (column name -> value), which [`themisto_rows`](super::themisto_rows) maps
+//! like a JSONL line. Nested groups become objects, lists become arrays, maps
+//! become objects (keys as text); binary columns become UTF-8 text when they
+//! are, else lower-case hex; decimals become their decimal text.
+
+use super::DataError;
+use parquet::file::reader::{FileReader, SerializedFileReader};
+use parquet::record::{Field, Row};
+use serde_json::{Map, Number, Value};
+use std::path::Path;
+
+/// Every row of a Parquet file, in file order.
+pub fn read_rows(path: &Path) -> Result<Vec<Map<String, Value>>, DataError> {
+    let format_err = |message: String| DataError::Format {
+        path: path.to_path_buf(),
+        message,
+    };
+    let file = std::fs::File::open(path).map_err(|source| DataError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let reader = SerializedFileReader::new(file)
+        .map_err(|e| format_err(format!("not a readable Parquet file: {e}")))?;
+    let rows = reader
+        .get_row_iter(None)
+        .map_err(|e| format_err(format!("cannot read rows: {e}")))?;
+    let mut out = Vec::new();
+    for (i, row) in rows.enumerate() {
+        let row = row.map_err(|e| format_err(format!("row {}: cannot decode: {e}", i + 1)))?;
+        out.push(row_to_map(&row));
+    }
+    Ok(out)
+}
+
+/// A row as a JSON object, column order kept.
+pub fn row_to_map(row: &Row) -> Map<String, Value> {
+    row.get_column_iter()
+        .map(|(name, field)| (name.clone(), field_to_json(field)))
+        .collect()
+}
+
+fn float(f: f64) -> Value {
+    Number::from_f64(f).map_or(Value::Null, Value::Number)
+}
+
+/// One Parquet value as JSON.
+pub fn field_to_json(field: &Field) -> Value {
+    match field {
+        Field::Null => Value::Null,
+        Field::Bool(b) => Value::Bool(*b),
+        Field::Byte(v) => Value::from(*v),
+        Field::Short(v) => Value::from(*v),
+        Field::Int(v) => Value::from(*v),
+        Field::Long(v) => Value::from(*v),
+        Field::UByte(v) => Value::from(*v),
+        Field::UShort(v) => Value::from(*v),
+        Field::UInt(v) => Value::from(*v),
+        Field::ULong(v) => Value::from(*v),
+        Field::Float16(v) => float(f64::from(f32::from(*v))),
+        Field::Float(v) => float(f64::from(*v)),
+        Field::Double(v) => float(*v),
+        Field::Str(s) => Value::from(s.as_str()),
+        Field::Bytes(b) => match std::str::from_utf8(b.data()) {
+            Ok(s) => Value::from(s),
+            Err(_) => Value::from(crate::util::hex(b.data())),
+        },
+        Field::Date(v) | Field::TimeMillis(v) => Value::from(*v),
+        Field::TimeMicros(v) | Field::TimestampMillis(v) | Field::TimestampMicros(v) => {
+            Value::from(*v)
+        }
+        Field::Group(row) => Value::Object(row_to_map(row)),
+        Field::ListInternal(list) => {
+            Value::Array(list.elements().iter().map(field_to_json).collect())
+        }
+        Field::MapInternal(map) => {
+            let mut obj = Map::new();
+            for (k, v) in map.entries() {
+                let key = match k {
+                    Field::Str(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                obj.insert(key, field_to_json(v));
+            }
+            Value::Object(obj)
+        }
+        // Decimals (and any kind a later parquet adds) as their text form.
+        #[allow(unreachable_patterns)]
+        other => Value::from(other.to_string()),
+    }
+}

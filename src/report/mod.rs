@@ -1,0 +1,3 @@
+//! Reports for people: the summary table printed after a run and `report.md`.
+
+pub mod table;
