@@ -138,7 +138,8 @@ fn runtime_prompt_differs_from_plain_by_the_runtime_block() {
         assert_eq!(rt.dropped_steps, 0);
         // Removing the runtime block from the runtime prompt gives the plain prompt.
         let start = rt.text.find("\n# Runtime state after In[7]").expect("runtime block present");
-        let end = start + rt.text[start + 1..].find("\n\n").map(|e| e + 1).unwrap_or(rt.text.len() - start);
+        // The block ends at the first blank line after it.
+        let end = rt.text[start + 1..].find("\n\n").map(|e| start + 1 + e + 1).expect("block ends");
         let without = format!("{}{}", &rt.text[..start], &rt.text[end..]);
         assert_eq!(without, plain.text, "task {task}");
         assert_eq!(rt.runtime_rows_kept, 7);

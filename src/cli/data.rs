@@ -176,7 +176,7 @@ fn convert(inputs: &[PathBuf], out: &Path, skip_invalid: bool) -> anyhow::Result
     }
     if r.empty_trajectories > 0 {
         println!(
-            "left out (no executed steps): {} trajectories",
+            "trajectories left out for having no executed steps: {}",
             r.empty_trajectories
         );
     }
@@ -199,18 +199,38 @@ fn convert(inputs: &[PathBuf], out: &Path, skip_invalid: bool) -> anyhow::Result
     Ok(())
 }
 
-/// One line per file read (per folder: counts by format), then ignored files.
+/// One line per file read (with a notebook's skipped cells and non-linearity),
+/// or a count for very many files; then the ignored files.
 fn file_summary(report: &LoadReport) -> String {
     let mut s = String::new();
-    if report.files.len() <= 10 {
+    if report.files.len() <= 200 {
         for f in &report.files {
             s.push_str(&format!(
-                "{}: {}, {} trajectories, {} steps\n",
+                "{}: {}; trajectories: {}, steps: {}",
                 f.path.display(),
                 f.format,
                 f.trajectories,
                 f.steps
             ));
+            if let Some(n) = &f.notebook {
+                s.push_str(&format!(", skipped cells: {}", n.skipped_cells));
+                let why: Vec<&str> = [
+                    (n.out_of_order, "out of order"),
+                    (n.has_gaps, "gaps"),
+                    (n.repeated_counts, "repeated counts"),
+                ]
+                .iter()
+                .filter(|(on, _)| *on)
+                .map(|(_, w)| *w)
+                .collect();
+                if !why.is_empty() {
+                    s.push_str(&format!(", non-linear ({})", why.join(", ")));
+                }
+            }
+            if !f.skipped.is_empty() {
+                s.push_str(&format!(", invalid records skipped: {}", f.skipped.len()));
+            }
+            s.push('\n');
         }
     } else {
         s.push_str(&format!("{} files read\n", report.files.len()));

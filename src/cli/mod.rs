@@ -3,7 +3,9 @@
 //! `execute` function; [`dispatch`] routes to them.
 
 pub mod bench;
+pub mod data;
 pub mod models;
+pub mod prompt;
 pub mod run;
 
 use clap::{Parser, Subcommand};
@@ -25,6 +27,13 @@ pub enum Command {
         #[command(subcommand)]
         cmd: models::ModelsCommand,
     },
+    /// Convert, inspect, sample and fetch trajectory data.
+    Data {
+        #[command(subcommand)]
+        cmd: data::DataCommand,
+    },
+    /// Build and show the prompts of a run without running the model.
+    Prompt(prompt::PromptArgs),
     /// Measure a model's prompt and generation speed.
     BenchModel(bench::BenchArgs),
 }
@@ -35,6 +44,8 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Run(args) => run::execute(args),
         Command::Models { cmd } => models::execute(cmd),
         Command::BenchModel(args) => bench::execute(args),
+        Command::Data { cmd } => data::execute(cmd),
+        Command::Prompt(args) => prompt::execute(args),
     }
 }
 

@@ -7,7 +7,7 @@
 //! - Steps are the code cells that carry an execution count (v4
 //!   `execution_count`, v3 `prompt_number`), ordered by that count; equal
 //!   counts keep cell order. Code cells without a count are skipped and counted.
-//! - Outputs follow the canonical rule in [`nbout`](super::nbout).
+//! - Outputs follow the canonical rule in [`nbout`].
 //! - Each step's `extra` keeps the source facts the canonical format has no
 //!   field for: `execution_count`, `cell_index` (0-based position among all
 //!   cells), `cell_id` (nbformat >= 4.5) and non-empty cell `metadata`.

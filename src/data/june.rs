@@ -18,7 +18,7 @@
 //!   `finished_execute` of the same `cell_index` (first in, first out, so a
 //!   queue of cells run together pairs up). The output comes with the
 //!   `finished_execute`: nbformat JSON (a list of outputs, or one output) is
-//!   rendered by [`nbout`](super::nbout); other text is taken as it is (kind
+//!   rendered by [`nbout`]; other text is taken as it is (kind
 //!   guessed: traceback -> error, else execute_result). When the JSON carries no
 //!   text (the logger recorded only output types and sizes), the raw
 //!   `cell_output` is kept in `extra`.

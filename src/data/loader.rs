@@ -7,14 +7,14 @@
 //!
 //! | path | read as |
 //! |---|---|
-//! | `*.ipynb` | one notebook ([`ipynb`](super::ipynb)) |
-//! | `*.csv` | a JuNE event log ([`june`](super::june)) |
-//! | `*.parquet` | Themisto release rows ([`themisto_rows`](super::themisto_rows)) |
+//! | `*.ipynb` | one notebook ([`ipynb`]) |
+//! | `*.csv` | a JuNE event log ([`june`]) |
+//! | `*.parquet` | Themisto release rows ([`themisto_rows`]) |
 //! | `*.jsonl`, `*.ndjson` | first row has `trajectory` and `step`: canonical; has `kernel_id` (or an alias) and `code`: Themisto rows |
 //! | `*.json` | a JSON array told apart the same way by its first element; JSONL text in a `.json` file is read as JSONL |
 //! | other names | sniffed: `PAR1` magic -> Parquet; a JSON object with `cells`/`worksheets` -> notebook; else as JSONL |
 //! | a folder | every supported file below it (recursively, sorted by path, hidden entries skipped); files that are valid JSON but no trajectory source (e.g. `dataset_info.json`) are listed as ignored |
-//! | `hf://owner/name[@rev]` | that dataset's cached snapshot folder ([`hub`](super::hub)) |
+//! | `hf://owner/name[@rev]` | that dataset's cached snapshot folder ([`hub`]) |
 //!
 //! Trajectory ids must be unique across the files of one load. Trajectories
 //! without steps (notebooks never run) are left out and counted.

@@ -187,6 +187,23 @@ pub fn read_content(path: &Path) -> Result<(gguf_file::Content, File), ModelErro
     Ok((ct, file))
 }
 
+/// The model's tokenizer: `tokenizer.json` beside the GGUF when present, else
+/// built from the GGUF metadata.
+pub fn tokenizer_for(path: &Path, ct: &gguf_file::Content) -> Result<Tokenizer, ModelError> {
+    let tokenizer_json = path.parent().map(|p| p.join("tokenizer.json"));
+    Ok(match tokenizer_json.filter(|p| p.is_file()) {
+        Some(tj) => Tokenizer::from_file(&tj, Some(ct))?,
+        None => Tokenizer::from_gguf(ct)?,
+    })
+}
+
+/// Only the tokenizer of a resolved model (no weights are read).
+pub fn load_tokenizer(resolved: &ResolvedModel) -> Result<Tokenizer, ModelError> {
+    let (path, _) = resolved.gguf();
+    let (ct, _) = read_content(path)?;
+    tokenizer_for(path, &ct)
+}
+
 /// Load a resolved model on a device, with its tokenizer.
 pub fn load(resolved: &ResolvedModel, device: &Device) -> Result<LoadedModel, ModelError> {
     load_with(resolved, device, WeightsPolicy::Auto)
@@ -253,11 +270,7 @@ pub fn load_with(resolved: &ResolvedModel, device: &Device, policy: WeightsPolic
             file: arch_name,
         });
     }
-    let tokenizer_json = path.parent().map(|p| p.join("tokenizer.json"));
-    let tokenizer = match tokenizer_json.filter(|p| p.is_file()) {
-        Some(tj) => Tokenizer::from_file(&tj, Some(&ct))?,
-        None => Tokenizer::from_gguf(&ct)?,
-    };
+    let tokenizer = tokenizer_for(path, &ct)?;
     let vocab_rows = ct
         .tensor_infos
         .get("token_embd.weight")

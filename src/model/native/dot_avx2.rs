@@ -1,0 +1,302 @@
+//! AVX2/FMA/F16C dot products of one weight row with `N` activation rows at
+//! once (N = 1 while generating, up to 4 while reading a prompt, so that each
+//! unpacked weight block is reused across tokens).
+//!
+//! Per 32-value block: weights are unpacked to 32 bytes (unsigned quants for
+//! every type but Q8_0, which is signed), multiplied with the signed 8-bit
+//! activations by `vpmaddubsw` (no overflow: |q| ≤ 63 or the sign trick for
+//! Q8_0), widened to 8 × i32 by `vpmaddwd`, converted to f32 and accumulated
+//! with the product of the block scales. Minimums and offsets are applied once
+//! per block through the activation block sums (`d·Σq`). Only the order of the
+//! float sums differs from [`super::dot_scalar`].
+//!
+//! Every function here requires AVX2, FMA and F16C; callers check
+//! [`available`] first.
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::{
+    __m128i, __m256, __m256i, _mm256_add_ps, _mm256_and_si256, _mm256_castps256_ps128, _mm256_cmpeq_epi8,
+    _mm256_cvtepi32_ps, _mm256_cvtph_ps, _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_loadu_ps,
+    _mm256_loadu_si256, _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_or_si256, _mm256_set1_epi16,
+    _mm256_set1_epi32, _mm256_set1_epi64x, _mm256_set1_epi8, _mm256_set1_ps, _mm256_set_epi64x,
+    _mm256_set_m128i, _mm256_setzero_ps, _mm256_shuffle_epi8, _mm256_sign_epi8, _mm256_slli_epi16,
+    _mm256_srli_epi16, _mm256_sub_epi16, _mm_add_ps, _mm_add_ss, _mm_cvtph_ps, _mm_cvtsi32_si128, _mm_cvtss_f32,
+    _mm_loadu_si128, _mm_movehdup_ps, _mm_movehl_ps, _mm_set1_epi16, _mm_srli_epi16,
+};
+
+use super::quant::{k4_scale_min, ActRow, QType, QK};
+
+/// True when this CPU has AVX2, FMA and F16C.
+pub fn available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// `out[t] = Σ w·a[t]` for quantized weights.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C ([`available`]).
+#[cfg(target_arch = "x86_64")]
+pub unsafe fn dot_q<const N: usize>(t: QType, w: &[u8], a: &[ActRow<'_>; N], out: &mut [f32; N]) {
+    let nb = a[0].d.len();
+    assert_eq!(w.len(), t.row_bytes(nb * QK), "weight row length");
+    for r in a.iter() {
+        assert!(r.qs.len() == nb * QK && r.d.len() == nb && r.s.len() == nb, "activation row length");
+    }
+    match t {
+        QType::Q4_0 | QType::Q4_1 | QType::Q5_0 | QType::Q5_1 => b32::<N>(t, w, a, out),
+        QType::Q8_0 => q8_0::<N>(w, a, out),
+        QType::Q4K | QType::Q5K => k45::<N>(t, w, a, out),
+        QType::Q6K => q6k::<N>(w, a, out),
+        QType::F32 | QType::F16 => panic!("float weights use dot_f"),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn f16_at(p: *const u8) -> f32 {
+    let h = std::ptr::read_unaligned(p as *const u16);
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
+}
+
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn hsum(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
+}
+
+/// Σ of products of unsigned weights (≤ 63) and signed activations, as 8 f32 lanes.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn udot(q: __m256i, a: __m256i) -> __m256 {
+    let p = _mm256_maddubs_epi16(q, a);
+    _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)))
+}
+
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn load_act(a: &ActRow<'_>, b: usize) -> __m256i {
+    _mm256_loadu_si256(a.qs.as_ptr().add(QK * b) as *const __m256i)
+}
+
+/// 16 bytes of packed nibbles to 32 bytes: low nibbles first, then high ones.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn nibbles16(p: *const u8) -> __m256i {
+    let x = _mm_loadu_si128(p as *const __m128i);
+    let v = _mm256_set_m128i(_mm_srli_epi16(x, 4), x);
+    _mm256_and_si256(v, _mm256_set1_epi8(0x0f))
+}
+
+/// 32 bits to 32 bytes: 0x10 where bit i is set, else 0.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn high_bits(qh: u32) -> __m256i {
+    let v = _mm256_set1_epi32(qh as i32);
+    let pick = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+    let v = _mm256_shuffle_epi8(v, pick);
+    let bit = _mm256_set1_epi64x(0x8040201008040201u64 as i64);
+    let set = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+    _mm256_and_si256(set, _mm256_set1_epi8(0x10))
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn b32<const N: usize>(t: QType, w: &[u8], a: &[ActRow<'_>; N], out: &mut [f32; N]) {
+    let bb = t.block_bytes();
+    let nb = a[0].d.len();
+    let mut acc = [_mm256_setzero_ps(); N];
+    let mut corr = [0f32; N];
+    let p0 = w.as_ptr();
+    for b in 0..nb {
+        let p = p0.add(bb * b);
+        let d = f16_at(p);
+        let (m, q) = match t {
+            QType::Q4_0 => (-8.0 * d, nibbles16(p.add(2))),
+            QType::Q4_1 => (f16_at(p.add(2)), nibbles16(p.add(4))),
+            QType::Q5_0 => {
+                let qh = std::ptr::read_unaligned(p.add(2) as *const u32);
+                (-16.0 * d, _mm256_or_si256(nibbles16(p.add(6)), high_bits(qh)))
+            }
+            _ => {
+                let qh = std::ptr::read_unaligned(p.add(4) as *const u32);
+                (f16_at(p.add(2)), _mm256_or_si256(nibbles16(p.add(8)), high_bits(qh)))
+            }
+        };
+        for i in 0..N {
+            let r = &a[i];
+            let av = load_act(r, b);
+            acc[i] = _mm256_fmadd_ps(udot(q, av), _mm256_set1_ps(d * *r.d.get_unchecked(b)), acc[i]);
+            corr[i] += m * *r.s.get_unchecked(b);
+        }
+    }
+    for i in 0..N {
+        out[i] = hsum(acc[i]) + corr[i];
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q8_0<const N: usize>(w: &[u8], a: &[ActRow<'_>; N], out: &mut [f32; N]) {
+    let nb = a[0].d.len();
+    let mut acc = [_mm256_setzero_ps(); N];
+    let p0 = w.as_ptr();
+    for b in 0..nb {
+        let p = p0.add(34 * b);
+        let d = f16_at(p);
+        let q = _mm256_loadu_si256(p.add(2) as *const __m256i);
+        let qabs = _mm256_sign_epi8(q, q);
+        for i in 0..N {
+            let r = &a[i];
+            let av = _mm256_sign_epi8(load_act(r, b), q);
+            let s = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(qabs, av), _mm256_set1_epi16(1)));
+            acc[i] = _mm256_fmadd_ps(s, _mm256_set1_ps(d * *r.d.get_unchecked(b)), acc[i]);
+        }
+    }
+    for i in 0..N {
+        out[i] = hsum(acc[i]);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn k45<const N: usize>(t: QType, w: &[u8], a: &[ActRow<'_>; N], out: &mut [f32; N]) {
+    let bb = t.block_bytes();
+    let nsb = w.len() / bb;
+    let qs_off = if t == QType::Q4K { 16 } else { 48 };
+    let mut acc = [_mm256_setzero_ps(); N];
+    let mut corr = [0f32; N];
+    let low = _mm256_set1_epi8(0x0f);
+    let sixteen = _mm256_set1_epi8(0x10);
+    for sb in 0..nsb {
+        let blk = w.get_unchecked(bb * sb..bb * sb + bb);
+        let p = blk.as_ptr();
+        let d = f16_at(p);
+        let dmin = f16_at(p.add(2));
+        let mut sc = [0f32; 8];
+        let mut mn = [0f32; 8];
+        for j in 0..8 {
+            let (s, m) = k4_scale_min(j, blk.get_unchecked(4..16));
+            sc[j] = d * s as f32;
+            mn[j] = dmin * m as f32;
+        }
+        let qh = _mm256_loadu_si256(p.add(16) as *const __m256i);
+        for c in 0..4 {
+            let x = _mm256_loadu_si256(p.add(qs_off + 32 * c) as *const __m256i);
+            let mut lo = _mm256_and_si256(x, low);
+            let mut hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), low);
+            if t == QType::Q5K {
+                let b0 = _mm256_set1_epi8((1u8 << (2 * c)) as i8);
+                let b1 = _mm256_set1_epi8((2u8 << (2 * c)) as i8);
+                lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, b0), b0), sixteen));
+                hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, b1), b1), sixteen));
+            }
+            let b = 8 * sb + 2 * c;
+            for i in 0..N {
+                let r = &a[i];
+                let (d0, d1) = (*r.d.get_unchecked(b), *r.d.get_unchecked(b + 1));
+                acc[i] = _mm256_fmadd_ps(udot(lo, load_act(r, b)), _mm256_set1_ps(sc[2 * c] * d0), acc[i]);
+                acc[i] = _mm256_fmadd_ps(udot(hi, load_act(r, b + 1)), _mm256_set1_ps(sc[2 * c + 1] * d1), acc[i]);
+                corr[i] += mn[2 * c] * *r.s.get_unchecked(b) + mn[2 * c + 1] * *r.s.get_unchecked(b + 1);
+            }
+        }
+    }
+    for i in 0..N {
+        out[i] = hsum(acc[i]) - corr[i];
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q6k<const N: usize>(w: &[u8], a: &[ActRow<'_>; N], out: &mut [f32; N]) {
+    let nsb = w.len() / 210;
+    let mut acc = [_mm256_setzero_ps(); N];
+    let low = _mm256_set1_epi8(0x0f);
+    let three = _mm256_set1_epi8(0x03);
+    let c32 = _mm256_set1_epi8(32);
+    for sb in 0..nsb {
+        let p = w.as_ptr().add(210 * sb);
+        let d = f16_at(p.add(208));
+        let scales = p.add(192) as *const i8;
+        for n in 0..2 {
+            let l0 = _mm256_loadu_si256(p.add(64 * n) as *const __m256i);
+            let l1 = _mm256_loadu_si256(p.add(64 * n + 32) as *const __m256i);
+            let h = _mm256_loadu_si256(p.add(128 + 32 * n) as *const __m256i);
+            let qv = [
+                _mm256_or_si256(_mm256_and_si256(l0, low), _mm256_slli_epi16(_mm256_and_si256(h, three), 4)),
+                _mm256_or_si256(
+                    _mm256_and_si256(l1, low),
+                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), three), 4),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16(l0, 4), low),
+                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), three), 4),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16(l1, 4), low),
+                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), three), 4),
+                ),
+            ];
+            for (k, &q) in qv.iter().enumerate() {
+                let s0 = *scales.add(8 * n + 2 * k) as i16;
+                let s1 = *scales.add(8 * n + 2 * k + 1) as i16;
+                let scv = _mm256_set_m128i(_mm_set1_epi16(s1), _mm_set1_epi16(s0));
+                let b = 8 * sb + 4 * n + k;
+                for i in 0..N {
+                    let r = &a[i];
+                    let av = load_act(r, b);
+                    let p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(q, av), _mm256_maddubs_epi16(c32, av));
+                    let s = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, scv));
+                    acc[i] = _mm256_fmadd_ps(s, _mm256_set1_ps(d * *r.d.get_unchecked(b)), acc[i]);
+                }
+            }
+        }
+    }
+    for i in 0..N {
+        out[i] = hsum(acc[i]);
+    }
+}
+
+/// Σ w·x for a row of float weights (F32 or F16) and f32 activations.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C ([`available`]).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dot_f(t: QType, w: &[u8], x: &[f32]) -> f32 {
+    let n = x.len();
+    let esz = if t == QType::F32 { 4 } else { 2 };
+    assert_eq!(w.len(), n * esz, "weight row length");
+    let mut acc0 = _mm256_setzero_ps();
+    let mut acc1 = _mm256_setzero_ps();
+    let mut i = 0;
+    while i + 16 <= n {
+        acc0 = _mm256_fmadd_ps(load8(t, w, i), _mm256_loadu_ps(x.as_ptr().add(i)), acc0);
+        acc1 = _mm256_fmadd_ps(load8(t, w, i + 8), _mm256_loadu_ps(x.as_ptr().add(i + 8)), acc1);
+        i += 16;
+    }
+    if i + 8 <= n {
+        acc0 = _mm256_fmadd_ps(load8(t, w, i), _mm256_loadu_ps(x.as_ptr().add(i)), acc0);
+        i += 8;
+    }
+    hsum(_mm256_add_ps(acc0, acc1)) + super::dot_scalar::dot_f(t, &w[i * esz..], &x[i..])
+}
+
+/// Eight float weights from element `i` on, as f32.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn load8(t: QType, w: &[u8], i: usize) -> __m256 {
+    if t == QType::F32 {
+        _mm256_loadu_ps(w.as_ptr().add(4 * i) as *const f32)
+    } else {
+        _mm256_cvtph_ps(_mm_loadu_si128(w.as_ptr().add(2 * i) as *const __m128i))
+    }
+}

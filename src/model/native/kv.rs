@@ -1,0 +1,113 @@
+//! The KV cache and causal attention over it.
+//!
+//! Per layer, keys and values are f32, position-major: position `p` of KV
+//! head `g` lives at `[p * kv_dim + g * head_dim ..][..head_dim]`. Storage
+//! grows by doubling (amortized O(1) per token, never past the model window)
+//! and is kept when the cache is cut back, so [`KvCache::truncate`] is O(1):
+//! it only moves the length. A prompt that shares a prefix with the cached
+//! tokens therefore costs only its new suffix.
+
+use super::matmul::Kernels;
+use super::ops;
+use rayon::prelude::{IndexedParallelIterator, ParallelIterator, ParallelSliceMut};
+
+/// Keys and values of every layer for the cached positions.
+#[derive(Debug, Clone)]
+pub struct KvCache {
+    kv_dim: usize,
+    max: usize,
+    len: usize,
+    cap: usize,
+    k: Vec<Vec<f32>>,
+    v: Vec<Vec<f32>>,
+}
+
+impl KvCache {
+    /// An empty cache for `layers` layers of `kv_dim` values per position,
+    /// holding at most `max` positions.
+    pub fn new(layers: usize, kv_dim: usize, max: usize) -> KvCache {
+        KvCache { kv_dim, max, len: 0, cap: 0, k: vec![Vec::new(); layers], v: vec![Vec::new(); layers] }
+    }
+
+    /// Cached positions.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Positions the storage holds without growing.
+    pub fn capacity(&self) -> usize {
+        self.cap
+    }
+
+    /// Keep the first `len` positions (O(1): storage is kept).
+    pub fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+
+    /// Make room for `total` positions (at most the window).
+    pub fn reserve(&mut self, total: usize) {
+        assert!(total <= self.max, "{total} positions exceed the window of {}", self.max);
+        if total <= self.cap {
+            return;
+        }
+        let cap = total.max(self.cap * 2).max(256).min(self.max);
+        for buf in self.k.iter_mut().chain(self.v.iter_mut()) {
+            buf.resize(cap * self.kv_dim, 0.0);
+        }
+        self.cap = cap;
+    }
+
+    /// Store keys and values of positions `pos..pos + n` of `layer`
+    /// (`k` and `v` are `n × kv_dim`, row-major). Room must be reserved.
+    pub fn write(&mut self, layer: usize, pos: usize, k: &[f32], v: &[f32]) {
+        let n = k.len() / self.kv_dim;
+        assert!(pos + n <= self.cap && v.len() == k.len(), "KV write outside reserved room");
+        self.k[layer][pos * self.kv_dim..(pos + n) * self.kv_dim].copy_from_slice(k);
+        self.v[layer][pos * self.kv_dim..(pos + n) * self.kv_dim].copy_from_slice(v);
+    }
+
+    /// Mark `len` positions as filled (after every layer was written).
+    pub fn set_len(&mut self, len: usize) {
+        assert!(len <= self.cap);
+        self.len = len;
+    }
+
+    /// Causal attention for queries at positions `pos..pos + n` of `layer`:
+    /// query `t` sees cached positions `0..=pos + t`. `q` and `out` are
+    /// `n × heads * head_dim`. Heads share KV heads in groups (GQA).
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention(&self, layer: usize, q: &[f32], pos: usize, heads: usize, head_dim: usize, out: &mut [f32], kernels: Kernels) {
+        let kv_heads = self.kv_dim / head_dim;
+        let group = heads / kv_heads;
+        let scale = 1.0 / (head_dim as f32).sqrt();
+        let (keys, vals) = (&self.k[layer], &self.v[layer]);
+        let simd = kernels == Kernels::Simd;
+        let one = |idx: usize, o: &mut [f32], scores: &mut Vec<f32>| {
+            let (t, h) = (idx / heads, idx % heads);
+            let n = pos + t + 1;
+            let g = h / group;
+            if scores.len() < n {
+                scores.resize(n, 0.0);
+            }
+            let qh = &q[idx * head_dim..(idx + 1) * head_dim];
+            let off = g * head_dim;
+            ops::attend(qh, &keys[off..], &vals[off..], self.kv_dim, n, scale, scores, o, simd);
+        };
+        let tasks = out.len() / head_dim;
+        let work = tasks * (pos + tasks / heads) * head_dim;
+        if work < 1 << 15 || rayon::current_num_threads() == 1 {
+            let mut scores = Vec::new();
+            for (idx, o) in out.chunks_mut(head_dim).enumerate() {
+                one(idx, o, &mut scores);
+            }
+        } else {
+            out.par_chunks_mut(head_dim)
+                .enumerate()
+                .for_each_init(Vec::new, |scores, (idx, o)| one(idx, o, scores));
+        }
+    }
+}

@@ -1,0 +1,193 @@
+//! Weight matrices in their GGUF bytes and the threaded products `y = x·Wᵀ`.
+//!
+//! A [`QMatrix`] is `rows × cols` weights of one [`QType`], row-major, each
+//! row a run of blocks (memory-mapped from the file or owned). [`matmul`]
+//! multiplies several matrices that share one input (q, k and v; gate and
+//! up) in a single parallel region: the output rows of all of them are cut
+//! into chunks that rayon's pool shares out (threads: `RAYON_NUM_THREADS`,
+//! the same setting candle reads). Inside a chunk, tokens are taken four at
+//! a time and each weight row is unpacked once for the four (the prefill
+//! path); a single token is the generation path.
+
+use super::dot_avx2;
+use super::dot_scalar;
+use super::quant::{dequantize_row, ActRow, QActs, QType, QK};
+use memmap2::Mmap;
+use rayon::prelude::{IntoParallelRefIterator, ParallelIterator};
+use std::sync::Arc;
+
+/// The bytes of a tensor: a range of the mapped file, or owned.
+#[derive(Debug, Clone)]
+pub enum Bytes {
+    Mapped { map: Arc<Mmap>, start: usize, len: usize },
+    Owned(Vec<u8>),
+}
+
+impl Bytes {
+    pub fn as_slice(&self) -> &[u8] {
+        match self {
+            Bytes::Mapped { map, start, len } => &map[*start..*start + *len],
+            Bytes::Owned(v) => v,
+        }
+    }
+}
+
+/// A weight matrix in its file format.
+#[derive(Debug, Clone)]
+pub struct QMatrix {
+    pub qtype: QType,
+    pub rows: usize,
+    pub cols: usize,
+    row_bytes: usize,
+    data: Bytes,
+}
+
+impl QMatrix {
+    /// Check the shape against the bytes. Quantized rows must hold whole
+    /// blocks of 32 values, which is how the activations are cut.
+    pub fn new(qtype: QType, rows: usize, cols: usize, data: Bytes) -> Result<QMatrix, String> {
+        if cols % qtype.block_elems() != 0 || (!qtype.is_float() && cols % QK != 0) {
+            return Err(format!("{cols} columns is not a whole number of {} blocks", qtype.name()));
+        }
+        let row_bytes = qtype.row_bytes(cols);
+        let have = data.as_slice().len();
+        if have != rows * row_bytes {
+            return Err(format!("{rows}×{cols} {} needs {} bytes, found {have}", qtype.name(), rows * row_bytes));
+        }
+        Ok(QMatrix { qtype, rows, cols, row_bytes, data })
+    }
+
+    pub fn row(&self, r: usize) -> &[u8] {
+        &self.data.as_slice()[r * self.row_bytes..(r + 1) * self.row_bytes]
+    }
+
+    /// Row `r` as f32 (token embeddings).
+    pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
+        dequantize_row(self.qtype, self.row(r), out);
+    }
+}
+
+/// Which kernels run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kernels {
+    /// AVX2/FMA/F16C.
+    Simd,
+    /// Portable code.
+    Scalar,
+}
+
+impl Kernels {
+    /// SIMD when the CPU has it.
+    pub fn detect() -> Kernels {
+        if dot_avx2::available() {
+            Kernels::Simd
+        } else {
+            Kernels::Scalar
+        }
+    }
+}
+
+/// A raw output pointer shared by tasks that write disjoint elements.
+#[derive(Clone, Copy)]
+struct Out(*mut f32);
+// SAFETY: tasks write disjoint (token, row) elements, and the buffer outlives
+// the parallel region (see `matmul`).
+unsafe impl Send for Out {}
+unsafe impl Sync for Out {}
+
+/// For each `(w, y)`: `y[t * w.rows + r] = Σ_c x[t * cols + c] · w[r][c]`,
+/// for the `tokens` rows of `x`. All matrices have `cols` columns.
+pub fn matmul(jobs: &mut [(&QMatrix, &mut [f32])], x: &[f32], tokens: usize, kernels: Kernels) {
+    let cols = x.len() / tokens.max(1);
+    assert_eq!(cols * tokens, x.len(), "input shape");
+    for (w, y) in jobs.iter() {
+        assert_eq!(w.cols, cols, "matrix columns vs input");
+        assert_eq!(y.len(), tokens * w.rows, "output shape");
+    }
+    let acts = if jobs.iter().any(|(w, _)| !w.qtype.is_float()) { Some(QActs::quantize(x, cols)) } else { None };
+    let total: usize = jobs.iter().map(|(w, _)| w.rows).sum();
+    let threads = rayon::current_num_threads().max(1);
+    let chunk = total.div_ceil(threads * 8).max(4);
+    let mut tasks: Vec<(usize, usize, usize, Out)> = Vec::new();
+    for (j, (w, y)) in jobs.iter_mut().enumerate() {
+        let out = Out(y.as_mut_ptr());
+        let mut r = 0;
+        while r < w.rows {
+            let end = (r + chunk).min(w.rows);
+            tasks.push((j, r, end, out));
+            r = end;
+        }
+    }
+    let mats: Vec<&QMatrix> = jobs.iter().map(|(w, _)| *w).collect();
+    let run = |&(j, r0, r1, out): &(usize, usize, usize, Out)| {
+        let w = mats[j];
+        match &acts {
+            Some(a) if !w.qtype.is_float() => rows_q(w, a, r0..r1, out, kernels),
+            _ => rows_f(w, x, cols, tokens, r0..r1, out, kernels),
+        }
+    };
+    if tasks.len() == 1 || threads == 1 {
+        tasks.iter().for_each(run);
+    } else {
+        tasks.par_iter().for_each(run);
+    }
+}
+
+fn rows_q(w: &QMatrix, a: &QActs, rows: std::ops::Range<usize>, out: Out, kernels: Kernels) {
+    let tokens = a.rows();
+    let stride = w.rows;
+    let mut t0 = 0;
+    while t0 < tokens {
+        let n = (tokens - t0).min(4);
+        for r in rows.clone() {
+            let row = w.row(r);
+            let mut res = [0f32; 4];
+            match n {
+                4 => dot_n::<4>(w.qtype, row, a, t0, &mut res, kernels),
+                3 => dot_n::<3>(w.qtype, row, a, t0, &mut res, kernels),
+                2 => dot_n::<2>(w.qtype, row, a, t0, &mut res, kernels),
+                _ => dot_n::<1>(w.qtype, row, a, t0, &mut res, kernels),
+            }
+            for (i, &v) in res[..n].iter().enumerate() {
+                // SAFETY: (t0 + i, r) is inside the output and only this task
+                // writes row r.
+                unsafe { *out.0.add((t0 + i) * stride + r) = v };
+            }
+        }
+        t0 += n;
+    }
+}
+
+fn dot_n<const N: usize>(t: QType, row: &[u8], a: &QActs, t0: usize, res: &mut [f32; 4], kernels: Kernels) {
+    let acts: [ActRow<'_>; N] = std::array::from_fn(|i| a.row(t0 + i));
+    match kernels {
+        #[cfg(target_arch = "x86_64")]
+        Kernels::Simd => {
+            let mut o = [0f32; N];
+            // SAFETY: `Kernels::Simd` is only chosen when the CPU has AVX2, FMA and F16C.
+            unsafe { dot_avx2::dot_q::<N>(t, row, &acts, &mut o) };
+            res[..N].copy_from_slice(&o);
+        }
+        _ => {
+            for i in 0..N {
+                res[i] = dot_scalar::dot_q(t, row, acts[i]);
+            }
+        }
+    }
+}
+
+fn rows_f(w: &QMatrix, x: &[f32], cols: usize, tokens: usize, rows: std::ops::Range<usize>, out: Out, kernels: Kernels) {
+    for t in 0..tokens {
+        let xt = &x[t * cols..(t + 1) * cols];
+        for r in rows.clone() {
+            let v = match kernels {
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: `Kernels::Simd` is only chosen when the CPU has AVX2, FMA and F16C.
+                Kernels::Simd => unsafe { dot_avx2::dot_f(w.qtype, w.row(r), xt) },
+                _ => dot_scalar::dot_f(w.qtype, w.row(r), xt),
+            };
+            // SAFETY: as in `rows_q`.
+            unsafe { *out.0.add(t * w.rows + r) = v };
+        }
+    }
+}

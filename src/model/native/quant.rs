@@ -1,0 +1,302 @@
+//! Weight block formats of GGUF files and the 8-bit activation format the
+//! kernels multiply them with.
+//!
+//! [`QType`] names the weight types the native engine reads in place (the
+//! GGUF bytes are used as they are, never repacked). [`dequantize_row`] turns
+//! one row back into f32 (token embeddings, tests). [`QActs`] holds
+//! activations quantized per block of 32 values with an f32 scale: `q =
+//! round(x / d)`, `d = max|x| / 127`, plus `s = d * Σq` for the weight types
+//! whose blocks carry an offset or a minimum. This is llama.cpp's Q8_0/Q8_1
+//! scheme; for k-quants we keep 32-value activation blocks (llama.cpp uses
+//! 256) so every weight type shares one activation format, and the error is
+//! no larger.
+
+use candle_core::quantized::GgmlDType;
+
+/// Values per activation block (and per block of the 32-value weight types).
+pub const QK: usize = 32;
+/// Values per k-quant super-block.
+pub const QK_K: usize = 256;
+
+/// A weight type the native engine reads in place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum QType {
+    F32,
+    F16,
+    Q4_0,
+    Q4_1,
+    Q5_0,
+    Q5_1,
+    Q8_0,
+    Q4K,
+    Q5K,
+    Q6K,
+}
+
+impl QType {
+    /// The native type for a GGUF tensor type, if the engine supports it.
+    pub fn from_ggml(d: GgmlDType) -> Option<QType> {
+        Some(match d {
+            GgmlDType::F32 => QType::F32,
+            GgmlDType::F16 => QType::F16,
+            GgmlDType::Q4_0 => QType::Q4_0,
+            GgmlDType::Q4_1 => QType::Q4_1,
+            GgmlDType::Q5_0 => QType::Q5_0,
+            GgmlDType::Q5_1 => QType::Q5_1,
+            GgmlDType::Q8_0 => QType::Q8_0,
+            GgmlDType::Q4K => QType::Q4K,
+            GgmlDType::Q5K => QType::Q5K,
+            GgmlDType::Q6K => QType::Q6K,
+            _ => return None,
+        })
+    }
+
+    /// Values per block.
+    pub fn block_elems(self) -> usize {
+        match self {
+            QType::F32 | QType::F16 => 1,
+            QType::Q4_0 | QType::Q4_1 | QType::Q5_0 | QType::Q5_1 | QType::Q8_0 => QK,
+            QType::Q4K | QType::Q5K | QType::Q6K => QK_K,
+        }
+    }
+
+    /// Bytes per block.
+    pub fn block_bytes(self) -> usize {
+        match self {
+            QType::F32 => 4,
+            QType::F16 => 2,
+            QType::Q4_0 => 18,
+            QType::Q4_1 => 20,
+            QType::Q5_0 => 22,
+            QType::Q5_1 => 24,
+            QType::Q8_0 => 34,
+            QType::Q4K => 144,
+            QType::Q5K => 176,
+            QType::Q6K => 210,
+        }
+    }
+
+    /// Bytes of a row of `cols` values (`cols` a multiple of the block size).
+    pub fn row_bytes(self, cols: usize) -> usize {
+        cols / self.block_elems() * self.block_bytes()
+    }
+
+    /// True for the float types, which are multiplied with f32 activations.
+    pub fn is_float(self) -> bool {
+        matches!(self, QType::F32 | QType::F16)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            QType::F32 => "F32",
+            QType::F16 => "F16",
+            QType::Q4_0 => "Q4_0",
+            QType::Q4_1 => "Q4_1",
+            QType::Q5_0 => "Q5_0",
+            QType::Q5_1 => "Q5_1",
+            QType::Q8_0 => "Q8_0",
+            QType::Q4K => "Q4_K",
+            QType::Q5K => "Q5_K",
+            QType::Q6K => "Q6_K",
+        }
+    }
+}
+
+/// IEEE half to single precision (exact, including subnormals, inf and NaN).
+#[inline]
+pub fn f16_to_f32(h: u16) -> f32 {
+    let sign = ((h & 0x8000) as u32) << 16;
+    let exp = ((h >> 10) & 0x1f) as u32;
+    let man = (h & 0x3ff) as u32;
+    match exp {
+        0 => {
+            // Zero or subnormal: man * 2^-24, exact in f32.
+            let v = man as f32 * (1.0 / 16_777_216.0);
+            f32::from_bits(v.to_bits() | sign)
+        }
+        31 => f32::from_bits(sign | 0x7f80_0000 | (man << 13)),
+        _ => f32::from_bits(sign | ((exp + 112) << 23) | (man << 13)),
+    }
+}
+
+/// The little-endian half at `b[i..i + 2]`, as f32.
+#[inline]
+pub fn read_f16(b: &[u8], i: usize) -> f32 {
+    f16_to_f32(u16::from_le_bytes([b[i], b[i + 1]]))
+}
+
+/// The 6-bit scale and minimum of sub-block `j` (0..8) of a Q4_K/Q5_K
+/// super-block, from its 12 packed scale bytes.
+#[inline]
+pub fn k4_scale_min(j: usize, s: &[u8]) -> (u8, u8) {
+    if j < 4 {
+        (s[j] & 63, s[j + 4] & 63)
+    } else {
+        ((s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4), (s[j + 4] >> 4) | ((s[j] >> 6) << 4))
+    }
+}
+
+/// Dequantize one row of `dst.len()` values stored as `t` in `src`.
+pub fn dequantize_row(t: QType, src: &[u8], dst: &mut [f32]) {
+    let n = dst.len();
+    assert_eq!(src.len(), t.row_bytes(n), "row of {n} {} values", t.name());
+    match t {
+        QType::F32 => {
+            for (i, v) in dst.iter_mut().enumerate() {
+                *v = f32::from_le_bytes([src[4 * i], src[4 * i + 1], src[4 * i + 2], src[4 * i + 3]]);
+            }
+        }
+        QType::F16 => {
+            for (i, v) in dst.iter_mut().enumerate() {
+                *v = read_f16(src, 2 * i);
+            }
+        }
+        QType::Q4_0 | QType::Q4_1 | QType::Q5_0 | QType::Q5_1 | QType::Q8_0 => {
+            let bb = t.block_bytes();
+            for (blk, out) in src.chunks_exact(bb).zip(dst.chunks_exact_mut(QK)) {
+                dequantize_block32(t, blk, out);
+            }
+        }
+        QType::Q4K | QType::Q5K | QType::Q6K => {
+            let bb = t.block_bytes();
+            for (blk, out) in src.chunks_exact(bb).zip(dst.chunks_exact_mut(QK_K)) {
+                for j in 0..8 {
+                    let (q, scale, min) = kquant_sub(t, blk, j);
+                    for l in 0..QK {
+                        out[QK * j + l] = scale[l / 16] * q[l] as f32 - min[l / 16];
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The 32 unsigned quants, scale and minimum of a 32-value block:
+/// value = d * q - m (for the offset types, m = d * offset).
+fn block32(t: QType, b: &[u8]) -> ([u8; QK], f32, f32) {
+    let mut q = [0u8; QK];
+    let d = read_f16(b, 0);
+    let (m, qh, qs): (f32, u32, &[u8]) = match t {
+        QType::Q4_0 => (-8.0 * d, 0, &b[2..18]),
+        QType::Q4_1 => (read_f16(b, 2), 0, &b[4..20]),
+        QType::Q5_0 => (-16.0 * d, u32::from_le_bytes([b[2], b[3], b[4], b[5]]), &b[6..22]),
+        QType::Q5_1 => (read_f16(b, 2), u32::from_le_bytes([b[4], b[5], b[6], b[7]]), &b[8..24]),
+        QType::Q8_0 => {
+            for (l, v) in q.iter_mut().enumerate() {
+                *v = (b[2 + l] as i8 as i16 + 128) as u8;
+            }
+            return (q, d, 128.0 * d);
+        }
+        _ => unreachable!("not a 32-value block type"),
+    };
+    for l in 0..16 {
+        q[l] = (qs[l] & 0x0f) | ((((qh >> l) & 1) as u8) << 4);
+        q[l + 16] = (qs[l] >> 4) | ((((qh >> (l + 16)) & 1) as u8) << 4);
+    }
+    (q, d, -m)
+}
+
+fn dequantize_block32(t: QType, b: &[u8], out: &mut [f32]) {
+    let (q, d, m) = block32(t, b);
+    for l in 0..QK {
+        out[l] = d * q[l] as f32 - m;
+    }
+}
+
+/// Sub-block `j` (0..8, 32 values) of a k-quant super-block: unsigned quants,
+/// and the scale and minimum of its two 16-value halves
+/// (value = scale[l / 16] * q[l] - min[l / 16]).
+pub fn kquant_sub(t: QType, b: &[u8], j: usize) -> ([u8; QK], [f32; 2], [f32; 2]) {
+    let mut q = [0u8; QK];
+    match t {
+        QType::Q4K | QType::Q5K => {
+            let d = read_f16(b, 0);
+            let dmin = read_f16(b, 2);
+            let (sc, m) = k4_scale_min(j, &b[4..16]);
+            let qs_off = if t == QType::Q4K { 16 } else { 48 };
+            let qs = &b[qs_off + 32 * (j / 2)..qs_off + 32 * (j / 2) + 32];
+            for l in 0..QK {
+                let nib = if j % 2 == 0 { qs[l] & 0x0f } else { qs[l] >> 4 };
+                let hi = if t == QType::Q5K { ((b[16 + l] >> j) & 1) << 4 } else { 0 };
+                q[l] = nib | hi;
+            }
+            let (s, m) = (d * sc as f32, dmin * m as f32);
+            (q, [s, s], [m, m])
+        }
+        QType::Q6K => {
+            let (n, k) = (j / 4, j % 4);
+            let ql = &b[64 * n + 32 * (k & 1)..];
+            let qh = &b[128 + 32 * n..];
+            let sc = &b[192 + 8 * n + 2 * k..];
+            let d = read_f16(b, 208);
+            for l in 0..QK {
+                let nib = if k >= 2 { ql[l] >> 4 } else { ql[l] & 0x0f };
+                q[l] = nib | (((qh[l] >> (2 * k)) & 3) << 4);
+            }
+            let (s0, s1) = (d * (sc[0] as i8) as f32, d * (sc[1] as i8) as f32);
+            (q, [s0, s1], [32.0 * s0, 32.0 * s1])
+        }
+        _ => unreachable!("not a k-quant type"),
+    }
+}
+
+/// Activations quantized to 8 bits per block of [`QK`] values.
+#[derive(Debug, Clone, Default)]
+pub struct QActs {
+    /// Values per row.
+    pub cols: usize,
+    pub qs: Vec<i8>,
+    /// Scale per block.
+    pub d: Vec<f32>,
+    /// `d * Σq` per block.
+    pub s: Vec<f32>,
+}
+
+/// One quantized activation row.
+#[derive(Debug, Clone, Copy)]
+pub struct ActRow<'a> {
+    pub qs: &'a [i8],
+    pub d: &'a [f32],
+    pub s: &'a [f32],
+}
+
+impl QActs {
+    /// Quantize `x`, a row-major matrix of rows of `cols` values
+    /// (`cols` a multiple of [`QK`]).
+    pub fn quantize(x: &[f32], cols: usize) -> QActs {
+        assert!(cols % QK == 0 && x.len() % cols == 0, "activation rows of {cols} values");
+        let nblocks = x.len() / QK;
+        let mut a = QActs { cols, qs: vec![0; x.len()], d: vec![0.0; nblocks], s: vec![0.0; nblocks] };
+        for (b, blk) in x.chunks_exact(QK).enumerate() {
+            let amax = blk.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let d = amax / 127.0;
+            let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+            let mut sum = 0i32;
+            for (l, &v) in blk.iter().enumerate() {
+                let q = (v * id).round() as i8;
+                a.qs[QK * b + l] = q;
+                sum += q as i32;
+            }
+            a.d[b] = d;
+            a.s[b] = d * sum as f32;
+        }
+        a
+    }
+
+    pub fn rows(&self) -> usize {
+        if self.cols == 0 {
+            0
+        } else {
+            self.qs.len() / self.cols
+        }
+    }
+
+    pub fn row(&self, r: usize) -> ActRow<'_> {
+        let nb = self.cols / QK;
+        ActRow {
+            qs: &self.qs[r * self.cols..(r + 1) * self.cols],
+            d: &self.d[r * nb..(r + 1) * nb],
+            s: &self.s[r * nb..(r + 1) * nb],
+        }
+    }
+}

@@ -1,0 +1,194 @@
+//! Unit tests of the block formats and kernels against candle's quantizer
+//! and dequantizer (the reference for the GGUF layouts), and of the SIMD
+//! kernels against the portable ones.
+
+use super::dot_avx2;
+use super::dot_scalar;
+use super::matmul::{matmul, Bytes, Kernels, QMatrix};
+use super::quant::{dequantize_row, f16_to_f32, QActs, QType};
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{Device, Tensor};
+
+const TYPES: [(GgmlDType, QType); 10] = [
+    (GgmlDType::F32, QType::F32),
+    (GgmlDType::F16, QType::F16),
+    (GgmlDType::Q4_0, QType::Q4_0),
+    (GgmlDType::Q4_1, QType::Q4_1),
+    (GgmlDType::Q5_0, QType::Q5_0),
+    (GgmlDType::Q5_1, QType::Q5_1),
+    (GgmlDType::Q8_0, QType::Q8_0),
+    (GgmlDType::Q4K, QType::Q4K),
+    (GgmlDType::Q5K, QType::Q5K),
+    (GgmlDType::Q6K, QType::Q6K),
+];
+
+/// Deterministic values in [-scale, scale] with some outliers.
+fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E3779B97F4A7C15) | 1;
+    (0..n)
+        .map(|i| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            let u = (s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0;
+            if i % 97 == 5 {
+                u * scale * 4.0
+            } else {
+                u * scale
+            }
+        })
+        .collect()
+}
+
+/// A `rows × cols` matrix quantized by candle, as our matrix and as candle's f32.
+fn quantized(dt: GgmlDType, q: QType, rows: usize, cols: usize, seed: u64) -> (QMatrix, Vec<f32>) {
+    let v = values(rows * cols, seed, 0.5);
+    let t = Tensor::from_vec(v, (rows, cols), &Device::Cpu).unwrap();
+    let qt = QTensor::quantize(&t, dt).unwrap();
+    let bytes = qt.data().unwrap().to_vec();
+    let deq: Vec<f32> = qt.dequantize(&Device::Cpu).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+    (QMatrix::new(q, rows, cols, Bytes::Owned(bytes)).unwrap(), deq)
+}
+
+#[test]
+fn half_conversion_is_exact_on_special_values() {
+    assert_eq!(f16_to_f32(0x3c00), 1.0);
+    assert_eq!(f16_to_f32(0xc000), -2.0);
+    assert_eq!(f16_to_f32(0x0001), 5.960_464_5e-8);
+    assert_eq!(f16_to_f32(0x7bff), 65504.0);
+    assert_eq!(f16_to_f32(0x8000).to_bits(), 0x8000_0000);
+    assert!(f16_to_f32(0x7c00).is_infinite());
+    assert!(f16_to_f32(0x7e00).is_nan());
+}
+
+#[test]
+fn dequantization_matches_candle_for_every_type() {
+    for (dt, q) in TYPES {
+        let (m, want) = quantized(dt, q, 3, 512, 11);
+        let mut row = vec![0f32; 512];
+        for r in 0..3 {
+            m.dequantize_row(r, &mut row);
+            assert_eq!(&row[..], &want[r * 512..(r + 1) * 512], "{}", q.name());
+        }
+    }
+}
+
+#[test]
+fn activation_quantization_rounds_to_the_nearest_step() {
+    let x = values(64, 3, 2.0);
+    let a = QActs::quantize(&x, 64);
+    for b in 0..2 {
+        let amax = x[32 * b..32 * b + 32].iter().fold(0f32, |m, v| m.max(v.abs()));
+        assert_eq!(a.d[b], amax / 127.0);
+        let sum: i32 = a.qs[32 * b..32 * b + 32].iter().map(|&q| q as i32).sum();
+        assert_eq!(a.s[b], a.d[b] * sum as f32);
+        for l in 0..32 {
+            let err = (a.qs[32 * b + l] as f32 * a.d[b] - x[32 * b + l]).abs();
+            assert!(err <= a.d[b] * 0.5 + 1e-6, "block {b} value {l}: error {err}");
+        }
+    }
+}
+
+#[test]
+fn scalar_dot_equals_the_dot_of_dequantized_values() {
+    // The integer block sums are exact, so the only difference from the f32
+    // dot of dequantized weights and dequantized activations is float rounding.
+    let cols = 768;
+    for (dt, q) in TYPES.iter().copied().filter(|(_, q)| !q.is_float()) {
+        let (m, w) = quantized(dt, q, 2, cols, 5);
+        let x = values(cols, 9, 1.0);
+        let a = QActs::quantize(&x, cols);
+        let xa: Vec<f32> = (0..cols).map(|i| a.qs[i] as f32 * a.d[i / 32]).collect();
+        for r in 0..2 {
+            let want: f64 = (0..cols).map(|i| w[r * cols + i] as f64 * xa[i] as f64).sum();
+            let mag: f64 = (0..cols).map(|i| (w[r * cols + i] as f64 * xa[i] as f64).abs()).sum();
+            let got = dot_scalar::dot_q(q, m.row(r), a.row(0)) as f64;
+            assert!((got - want).abs() <= 1e-5 * mag, "{}: {got} vs {want}", q.name());
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn simd_kernels_match_scalar_kernels() {
+    if !dot_avx2::available() {
+        eprintln!("no AVX2/FMA/F16C: SIMD kernels not tested");
+        return;
+    }
+    let cols = 1024;
+    for (dt, q) in TYPES {
+        let (m, _) = quantized(dt, q, 3, cols, 21);
+        let x = values(4 * cols, 4, 1.5);
+        let a = QActs::quantize(&x, cols);
+        for r in 0..3 {
+            let row = m.row(r);
+            if q.is_float() {
+                for t in 0..4 {
+                    let xt = &x[t * cols..(t + 1) * cols];
+                    let s = dot_scalar::dot_f(q, row, xt);
+                    // SAFETY: checked `available` above.
+                    let v = unsafe { dot_avx2::dot_f(q, row, xt) };
+                    assert!((s - v).abs() <= 1e-4 * s.abs().max(1.0), "{} row {r}: {s} vs {v}", q.name());
+                }
+                continue;
+            }
+            let want: Vec<f32> = (0..4).map(|t| dot_scalar::dot_q(q, row, a.row(t))).collect();
+            let mut o4 = [0f32; 4];
+            let acts = [a.row(0), a.row(1), a.row(2), a.row(3)];
+            // SAFETY: checked `available` above.
+            unsafe { dot_avx2::dot_q::<4>(q, row, &acts, &mut o4) };
+            let mut o1 = [0f32; 1];
+            unsafe { dot_avx2::dot_q::<1>(q, row, &[a.row(2)], &mut o1) };
+            for t in 0..4 {
+                assert!((o4[t] - want[t]).abs() <= 1e-4 * want[t].abs().max(1.0), "{} ×4 token {t}: {} vs {}", q.name(), o4[t], want[t]);
+            }
+            assert_eq!(o1[0], o4[2], "{}: one token and four tokens agree", q.name());
+        }
+    }
+}
+
+#[test]
+fn threaded_matmul_matches_row_by_row_dots() {
+    // 5 tokens: one tile of four plus a remainder; several matrices at once.
+    let cols = 256;
+    let (wa, _) = quantized(GgmlDType::Q4_1, QType::Q4_1, 37, cols, 1);
+    let (wb, _) = quantized(GgmlDType::Q6K, QType::Q6K, 19, cols, 2);
+    let x = values(5 * cols, 8, 1.0);
+    for kernels in [Kernels::Scalar, Kernels::detect()] {
+        let mut ya = vec![0f32; 5 * 37];
+        let mut yb = vec![0f32; 5 * 19];
+        matmul(&mut [(&wa, &mut ya[..]), (&wb, &mut yb[..])], &x, 5, kernels);
+        let a = QActs::quantize(&x, cols);
+        for t in 0..5 {
+            for r in 0..37 {
+                let want = dot_scalar::dot_q(QType::Q4_1, wa.row(r), a.row(t));
+                assert!((ya[t * 37 + r] - want).abs() <= 1e-4 * want.abs().max(1.0));
+            }
+            for r in 0..19 {
+                let want = dot_scalar::dot_q(QType::Q6K, wb.row(r), a.row(t));
+                assert!((yb[t * 19 + r] - want).abs() <= 1e-4 * want.abs().max(1.0));
+            }
+        }
+    }
+}
+
+#[test]
+fn quantized_product_error_is_small_relative_to_the_f32_product() {
+    // The only approximation is the 8-bit activation rounding: relative to
+    // Σ|w·x| it stays well under 1% for every type.
+    let cols = 1536;
+    let x = values(cols, 77, 1.0);
+    let a = QActs::quantize(&x, cols);
+    for (dt, q) in TYPES.iter().copied().filter(|(_, q)| !q.is_float()) {
+        let (m, w) = quantized(dt, q, 4, cols, 6);
+        for r in 0..4 {
+            let exact: f64 = (0..cols).map(|i| w[r * cols + i] as f64 * x[i] as f64).sum();
+            let mag: f64 = (0..cols).map(|i| (w[r * cols + i] as f64 * x[i] as f64).abs()).sum();
+            let got = dot_scalar::dot_q(q, m.row(r), a.row(0)) as f64;
+            assert!((got - exact).abs() < 0.005 * mag, "{}: {got} vs {exact} (Σ|wx| {mag})", q.name());
+        }
+    }
+    let mut v = vec![0f32; cols];
+    dequantize_row(QType::Q8_0, &QTensor::quantize(&Tensor::from_vec(x.clone(), (1, cols), &Device::Cpu).unwrap(), GgmlDType::Q8_0).unwrap().data().unwrap(), &mut v);
+    assert!(v.iter().zip(&x).all(|(a, b)| (a - b).abs() < 0.05));
+}
