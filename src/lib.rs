@@ -15,6 +15,7 @@
 //! - [`model`]: the model trait, registry, fetching, GGUF models, tokenizer.
 //! - [`decode`]: greedy generation with stop strings.
 //! - [`metrics`]: exact match, ROUGE-L, chrF, bootstrap intervals.
+//! - [`record`]: the notebook recorder (drives a python3 process).
 //! - [`run`]: the runner, run folders and their wire formats.
 //! - [`report`]: tables for people.
 //! - [`bench`]: model speed measurements.
@@ -28,6 +29,7 @@ pub mod decode;
 pub mod metrics;
 pub mod model;
 pub mod prompt;
+pub mod record;
 pub mod report;
 pub mod run;
 pub mod util;

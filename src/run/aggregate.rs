@@ -43,6 +43,7 @@ pub fn groups(records: &[SampleRecord], opts: &MetricOptions, seed: u64) -> Vec<
                 n: scored.len(),
                 skipped: recs.len() - scored.len(),
                 metrics: metrics::aggregate(&pairs, opts, seed),
+                extra: (opts.chrf_word_order > 0 || opts.rouge_lsum).then(|| metrics::aggregate_extra(&pairs, opts, seed)),
                 finish_reasons,
                 mean_prompt_tokens: mean(&|r| r.prompt_tokens as f64),
                 mean_steps_kept: mean(&|r| r.steps_kept as f64),

@@ -9,6 +9,7 @@
 pub mod aggregate;
 pub mod config;
 pub mod record;
+pub mod score;
 
 use crate::data::samples::{self, Sample, SampleRef, Task};
 use crate::data::{self, Dataset, DataError};
@@ -21,7 +22,8 @@ use crate::prompt::template::PromptTemplate;
 use crate::prompt::{FitOutcome, PromptBuilder, PromptError};
 use crate::report::table;
 use config::{RunConfig, Selection};
-use record::{DatasetInfo, EnvironmentInfo, ResultsFile, SampleRecord, Throughput};
+pub use record::EnvironmentInfo;
+use record::{DatasetInfo, ResultsFile, SampleRecord, Throughput};
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -169,11 +171,37 @@ fn truncate_partial_line(path: &Path) -> Result<(), RunError> {
     f.set_len(keep as u64).map_err(io_err(path))
 }
 
+/// What a run needs that does not depend on its budget: the dataset and the
+/// loaded model. A sweep builds it once and runs every budget with it.
+pub struct Session {
+    pub dataset: Dataset,
+    pub card: registry::ModelCard,
+    pub loaded: gguf::LoadedModel,
+}
+
+/// Load the dataset and the model of a configuration.
+pub fn load_session(cfg: &RunConfig, opts: &RunOptions) -> Result<Session, RunError> {
+    let dataset = data::load(&cfg.data_spec())?;
+    let card = registry::resolve_spec(&cfg.model)?;
+    let resolved = fetch::fetch(&card, &opts.fetch)?;
+    let device = cfg.device.open()?;
+    let loaded = gguf::load_with(&resolved, &device, cfg.weights)?;
+    Ok(Session { dataset, card, loaded })
+}
+
 /// Run a benchmark configuration; returns the results file written.
 pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<ResultsFile, RunError> {
+    let mut session = load_session(cfg, opts)?;
+    run_in(&mut session, cfg, opts)
+}
+
+/// Run a configuration with an already loaded session (its model and data
+/// must be the ones `cfg` names).
+pub fn run_in(session: &mut Session, cfg: &RunConfig, opts: &RunOptions) -> Result<ResultsFile, RunError> {
     let wall = Instant::now();
-    let dataset = data::load(&cfg.data_spec())?;
-    let (samples, warnings) = select_samples(cfg, &dataset)?;
+    let Session { dataset, card, loaded } = session;
+    let dataset: &Dataset = dataset;
+    let (samples, warnings) = select_samples(cfg, dataset)?;
     for w in &warnings {
         eprintln!("warning: {w}");
     }
@@ -183,10 +211,6 @@ pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<ResultsFile, RunError> 
             dataset.name
         )));
     }
-    let card = registry::resolve_spec(&cfg.model)?;
-    let resolved = fetch::fetch(&card, &opts.fetch)?;
-    let device = cfg.device.open()?;
-    let mut loaded = gguf::load_with(&resolved, &device, cfg.weights)?;
     let window = cfg.prompt.context_tokens;
     if window > loaded.info.context_length {
         return Err(RunError::Config(format!(
@@ -212,7 +236,7 @@ pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<ResultsFile, RunError> 
     let bar = progress_bar(todo.len() as u64, opts.progress);
     for sample in todo {
         bar.set_message(format!("{} runtime={}", sample.task, sample.runtime));
-        let rec = run_one(cfg, &dataset, sample, &builder, &mut loaded.model, &loaded.tokenizer, &card.stop)?;
+        let rec = run_one(cfg, dataset, sample, &builder, &mut loaded.model, &loaded.tokenizer, &card.stop)?;
         record::append_sample(&mut samples_file, &rec).map_err(io_err(&samples_path))?;
         bar.inc(1);
     }
@@ -233,7 +257,7 @@ pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<ResultsFile, RunError> 
         dataset: Some(DatasetInfo {
             name: dataset.name.clone(),
             source: dataset.source.clone(),
-            sha256: dataset_sha256(&dataset),
+            sha256: dataset_sha256(dataset),
             trajectories: dataset.trajectories.len(),
             steps: dataset.step_count(),
         }),
@@ -288,6 +312,7 @@ fn run_one(
         skipped: None,
         skip_detail: None,
         scores: None,
+        extra_scores: None,
         reused_prompt_tokens: 0,
         prefill_s: 0.0,
         decode_s: 0.0,
@@ -316,6 +341,9 @@ fn run_one(
     let generation = decode::generate(model, tokenizer, &prompt.tokens, &gen_cfg)?;
     let prediction = crate::prompt::post::clean(&generation.text, prompt.post);
     rec.scores = Some(metrics::score(&prediction, &rec.reference, &cfg.metrics));
+    if cfg.metrics.chrf_word_order > 0 || cfg.metrics.rouge_lsum {
+        rec.extra_scores = Some(metrics::score_extra(&prediction, &rec.reference, &cfg.metrics));
+    }
     rec.template = prompt.template_id;
     rec.template_sha256 = prompt.template_sha256;
     rec.prompt_tokens = prompt.tokens.len();

@@ -4,7 +4,7 @@
 
 use crate::data::samples::Task;
 use crate::decode::FinishReason;
-use crate::metrics::{GroupMetrics, Scores};
+use crate::metrics::{ExtraGroupMetrics, ExtraScores, GroupMetrics, Scores};
 use crate::model::gguf::ModelInfo;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -65,6 +65,9 @@ pub struct SampleRecord {
     pub skip_detail: Option<String>,
     #[serde(default)]
     pub scores: Option<Scores>,
+    /// chrF++ / rougeLsum when enabled (`--chrf-plus`, `--rouge-lsum`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extra_scores: Option<ExtraScores>,
     /// Prompt tokens found in the model's cache from the previous sample.
     #[serde(default)]
     pub reused_prompt_tokens: usize,
@@ -85,6 +88,9 @@ pub struct GroupResult {
     pub skipped: usize,
     #[serde(flatten)]
     pub metrics: GroupMetrics,
+    /// chrF++ / rougeLsum aggregates when enabled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extra: Option<ExtraGroupMetrics>,
     pub finish_reasons: BTreeMap<String, usize>,
     pub mean_prompt_tokens: f64,
     pub mean_steps_kept: f64,

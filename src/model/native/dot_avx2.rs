@@ -18,10 +18,10 @@ use std::arch::x86_64::{
     __m128i, __m256, __m256i, _mm256_add_ps, _mm256_and_si256, _mm256_castps256_ps128, _mm256_cmpeq_epi8,
     _mm256_cvtepi32_ps, _mm256_cvtph_ps, _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_loadu_ps,
     _mm256_loadu_si256, _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_or_si256, _mm256_set1_epi16,
-    _mm256_set1_epi32, _mm256_set1_epi64x, _mm256_set1_epi8, _mm256_set1_ps, _mm256_set_epi64x,
+    _mm256_set1_epi32, _mm256_set1_epi64x, _mm256_set1_epi8, _mm256_set_epi32, _mm256_srlv_epi32, _mm256_broadcastsi128_si256, _mm256_set1_ps, _mm256_set_epi64x,
     _mm256_set_m128i, _mm256_setzero_ps, _mm256_shuffle_epi8, _mm256_sign_epi8, _mm256_slli_epi16,
     _mm256_srli_epi16, _mm256_sub_epi16, _mm_add_ps, _mm_add_ss, _mm_cvtph_ps, _mm_cvtsi32_si128, _mm_cvtss_f32,
-    _mm_loadu_si128, _mm_movehdup_ps, _mm_movehl_ps, _mm_set1_epi16, _mm_srli_epi16,
+    _mm_loadu_si128, _mm_movehdup_ps, _mm_movehl_ps, _mm_set1_epi16,
 };
 
 use super::quant::{k4_scale_min, ActRow, QType, QK};
@@ -38,23 +38,72 @@ pub fn available() -> bool {
     }
 }
 
-/// `out[t] = Σ w·a[t]` for quantized weights.
+/// `out[t] = Σ w·a[t]` for one row of quantized weights.
 ///
 /// # Safety
 /// The CPU must have AVX2, FMA and F16C ([`available`]).
 #[cfg(target_arch = "x86_64")]
 pub unsafe fn dot_q<const N: usize>(t: QType, w: &[u8], a: &[ActRow<'_>; N], out: &mut [f32; N]) {
+    let mut o = [[0f32; N]];
+    dot_q_rows::<N>(t, w, a, &mut o);
+    *out = o[0];
+}
+
+/// `out[r][t] = Σ w[r]·a[t]` for the `out.len()` consecutive weight rows in `w`.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C ([`available`]).
+#[cfg(target_arch = "x86_64")]
+pub unsafe fn dot_q_rows<const N: usize>(t: QType, w: &[u8], a: &[ActRow<'_>; N], out: &mut [[f32; N]]) {
     let nb = a[0].d.len();
-    assert_eq!(w.len(), t.row_bytes(nb * QK), "weight row length");
+    let rb = t.row_bytes(nb * QK);
+    assert_eq!(w.len(), rb * out.len(), "weight rows length");
     for r in a.iter() {
         assert!(r.qs.len() == nb * QK && r.d.len() == nb && r.s.len() == nb, "activation row length");
     }
     match t {
-        QType::Q4_0 | QType::Q4_1 | QType::Q5_0 | QType::Q5_1 => b32::<N>(t, w, a, out),
-        QType::Q8_0 => q8_0::<N>(w, a, out),
-        QType::Q4K | QType::Q5K => k45::<N>(t, w, a, out),
-        QType::Q6K => q6k::<N>(w, a, out),
+        QType::Q4_0 => rows_b32::<T_Q4_0, N>(w, rb, a, out),
+        QType::Q4_1 => rows_b32::<T_Q4_1, N>(w, rb, a, out),
+        QType::Q5_0 => rows_b32::<T_Q5_0, N>(w, rb, a, out),
+        QType::Q5_1 => rows_b32::<T_Q5_1, N>(w, rb, a, out),
+        QType::Q8_0 => rows_q8_0::<N>(w, rb, a, out),
+        QType::Q4K => rows_k45::<true, N>(w, rb, a, out),
+        QType::Q5K => rows_k45::<false, N>(w, rb, a, out),
+        QType::Q6K => rows_q6k::<N>(w, rb, a, out),
         QType::F32 | QType::F16 => panic!("float weights use dot_f"),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn rows_b32<const T: u8, const N: usize>(w: &[u8], rb: usize, a: &[ActRow<'_>; N], out: &mut [[f32; N]]) {
+    for (r, o) in out.iter_mut().enumerate() {
+        b32::<T, N>(w.get_unchecked(r * rb..(r + 1) * rb), a, o);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn rows_q8_0<const N: usize>(w: &[u8], rb: usize, a: &[ActRow<'_>; N], out: &mut [[f32; N]]) {
+    for (r, o) in out.iter_mut().enumerate() {
+        q8_0::<N>(w.get_unchecked(r * rb..(r + 1) * rb), a, o);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn rows_k45<const Q4: bool, const N: usize>(w: &[u8], rb: usize, a: &[ActRow<'_>; N], out: &mut [[f32; N]]) {
+    let t = if Q4 { QType::Q4K } else { QType::Q5K };
+    for (r, o) in out.iter_mut().enumerate() {
+        k45::<N>(t, w.get_unchecked(r * rb..(r + 1) * rb), a, o);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn rows_q6k<const N: usize>(w: &[u8], rb: usize, a: &[ActRow<'_>; N], out: &mut [[f32; N]]) {
+    for (r, o) in out.iter_mut().enumerate() {
+        q6k::<N>(w.get_unchecked(r * rb..(r + 1) * rb), a, o);
     }
 }
 
@@ -87,15 +136,6 @@ unsafe fn load_act(a: &ActRow<'_>, b: usize) -> __m256i {
     _mm256_loadu_si256(a.qs.as_ptr().add(QK * b) as *const __m256i)
 }
 
-/// 16 bytes of packed nibbles to 32 bytes: low nibbles first, then high ones.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-unsafe fn nibbles16(p: *const u8) -> __m256i {
-    let x = _mm_loadu_si128(p as *const __m128i);
-    let v = _mm256_set_m128i(_mm_srli_epi16(x, 4), x);
-    _mm256_and_si256(v, _mm256_set1_epi8(0x0f))
-}
-
 /// 32 bits to 32 bytes: 0x10 where bit i is set, else 0.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
@@ -108,66 +148,110 @@ unsafe fn high_bits(qh: u32) -> __m256i {
     _mm256_and_si256(set, _mm256_set1_epi8(0x10))
 }
 
+/// Weight-type codes for the const-generic 32-value block kernel.
+const T_Q4_0: u8 = 0;
+const T_Q4_1: u8 = 1;
+const T_Q5_0: u8 = 2;
+const T_Q5_1: u8 = 3;
+
+/// Q4_0, Q4_1, Q5_0, Q5_1 (the type is a constant so that each kernel is
+/// straight-line code). Two accumulator sets take even and odd blocks to
+/// shorten the FMA dependency chains.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn b32<const N: usize>(t: QType, w: &[u8], a: &[ActRow<'_>; N], out: &mut [f32; N]) {
-    let bb = t.block_bytes();
+#[inline]
+unsafe fn b32<const T: u8, const N: usize>(w: &[u8], a: &[ActRow<'_>; N], out: &mut [f32; N]) {
     let nb = a[0].d.len();
-    let mut acc = [_mm256_setzero_ps(); N];
+    let mut acc0 = [_mm256_setzero_ps(); N];
+    let mut acc1 = [_mm256_setzero_ps(); N];
     let mut corr = [0f32; N];
-    let p0 = w.as_ptr();
-    for b in 0..nb {
-        let p = p0.add(bb * b);
-        let d = f16_at(p);
-        let (m, q) = match t {
-            QType::Q4_0 => (-8.0 * d, nibbles16(p.add(2))),
-            QType::Q4_1 => (f16_at(p.add(2)), nibbles16(p.add(4))),
-            QType::Q5_0 => {
-                let qh = std::ptr::read_unaligned(p.add(2) as *const u32);
-                (-16.0 * d, _mm256_or_si256(nibbles16(p.add(6)), high_bits(qh)))
-            }
-            _ => {
-                let qh = std::ptr::read_unaligned(p.add(4) as *const u32);
-                (f16_at(p.add(2)), _mm256_or_si256(nibbles16(p.add(8)), high_bits(qh)))
-            }
-        };
-        for i in 0..N {
-            let r = &a[i];
-            let av = load_act(r, b);
-            acc[i] = _mm256_fmadd_ps(udot(q, av), _mm256_set1_ps(d * *r.d.get_unchecked(b)), acc[i]);
-            corr[i] += m * *r.s.get_unchecked(b);
-        }
+    let mut b = 0;
+    while b + 2 <= nb {
+        b32_step::<T, N>(w, a, b, &mut acc0, &mut corr);
+        b32_step::<T, N>(w, a, b + 1, &mut acc1, &mut corr);
+        b += 2;
+    }
+    if b < nb {
+        b32_step::<T, N>(w, a, b, &mut acc0, &mut corr);
     }
     for i in 0..N {
-        out[i] = hsum(acc[i]) + corr[i];
+        out[i] = hsum(_mm256_add_ps(acc0[i], acc1[i])) + corr[i];
+    }
+}
+
+/// Block `b` of a 32-value-block row into the accumulators.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn b32_step<const T: u8, const N: usize>(w: &[u8], a: &[ActRow<'_>; N], b: usize, acc: &mut [__m256; N], corr: &mut [f32; N]) {
+    let (bb, qs_off) = match T {
+        T_Q4_0 => (18, 2),
+        T_Q4_1 => (20, 4),
+        T_Q5_0 => (22, 6),
+        _ => (24, 8),
+    };
+    let p = w.as_ptr().add(bb * b);
+    // d (and the minimum m for the types that have one), converted together.
+    let (d, m) = if T == T_Q4_1 || T == T_Q5_1 {
+        let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(std::ptr::read_unaligned(p as *const i32)));
+        (_mm_cvtss_f32(dm), _mm_cvtss_f32(_mm_movehdup_ps(dm)))
+    } else {
+        let d = f16_at(p);
+        (d, if T == T_Q4_0 { -8.0 * d } else { -16.0 * d })
+    };
+    // 16 bytes to both halves, then shift the high half by 4: low nibbles
+    // are values 0..16, high nibbles 16..32.
+    let x = _mm256_broadcastsi128_si256(_mm_loadu_si128(p.add(qs_off) as *const __m128i));
+    let mut q = _mm256_and_si256(_mm256_srlv_epi32(x, _mm256_set_epi32(4, 4, 4, 4, 0, 0, 0, 0)), _mm256_set1_epi8(0x0f));
+    if T == T_Q5_0 || T == T_Q5_1 {
+        let qh = std::ptr::read_unaligned(p.add(qs_off - 4) as *const u32);
+        q = _mm256_or_si256(q, high_bits(qh));
+    }
+    for i in 0..N {
+        let r = &a[i];
+        acc[i] = _mm256_fmadd_ps(udot(q, load_act(r, b)), _mm256_set1_ps(d * *r.d.get_unchecked(b)), acc[i]);
+        corr[i] = m.mul_add(*r.s.get_unchecked(b), corr[i]);
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
 unsafe fn q8_0<const N: usize>(w: &[u8], a: &[ActRow<'_>; N], out: &mut [f32; N]) {
     let nb = a[0].d.len();
-    let mut acc = [_mm256_setzero_ps(); N];
-    let p0 = w.as_ptr();
-    for b in 0..nb {
-        let p = p0.add(34 * b);
-        let d = f16_at(p);
-        let q = _mm256_loadu_si256(p.add(2) as *const __m256i);
-        let qabs = _mm256_sign_epi8(q, q);
-        for i in 0..N {
-            let r = &a[i];
-            let av = _mm256_sign_epi8(load_act(r, b), q);
-            let s = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(qabs, av), _mm256_set1_epi16(1)));
-            acc[i] = _mm256_fmadd_ps(s, _mm256_set1_ps(d * *r.d.get_unchecked(b)), acc[i]);
-        }
+    let mut acc0 = [_mm256_setzero_ps(); N];
+    let mut acc1 = [_mm256_setzero_ps(); N];
+    let mut b = 0;
+    while b + 2 <= nb {
+        q8_0_step::<N>(w, a, b, &mut acc0);
+        q8_0_step::<N>(w, a, b + 1, &mut acc1);
+        b += 2;
+    }
+    if b < nb {
+        q8_0_step::<N>(w, a, b, &mut acc0);
     }
     for i in 0..N {
-        out[i] = hsum(acc[i]);
+        out[i] = hsum(_mm256_add_ps(acc0[i], acc1[i]));
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn q8_0_step<const N: usize>(w: &[u8], a: &[ActRow<'_>; N], b: usize, acc: &mut [__m256; N]) {
+    let p = w.as_ptr().add(34 * b);
+    let d = f16_at(p);
+    let q = _mm256_loadu_si256(p.add(2) as *const __m256i);
+    let qabs = _mm256_sign_epi8(q, q);
+    for i in 0..N {
+        let r = &a[i];
+        let av = _mm256_sign_epi8(load_act(r, b), q);
+        let s = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(qabs, av), _mm256_set1_epi16(1)));
+        acc[i] = _mm256_fmadd_ps(s, _mm256_set1_ps(d * *r.d.get_unchecked(b)), acc[i]);
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
 unsafe fn k45<const N: usize>(t: QType, w: &[u8], a: &[ActRow<'_>; N], out: &mut [f32; N]) {
     let bb = t.block_bytes();
     let nsb = w.len() / bb;
@@ -216,6 +300,7 @@ unsafe fn k45<const N: usize>(t: QType, w: &[u8], a: &[ActRow<'_>; N], out: &mut
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
 unsafe fn q6k<const N: usize>(w: &[u8], a: &[ActRow<'_>; N], out: &mut [f32; N]) {
     let nsb = w.len() / 210;
     let mut acc = [_mm256_setzero_ps(); N];

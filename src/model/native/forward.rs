@@ -107,7 +107,7 @@ impl Transformer {
                     ops::rope(head, c, cfg.rope_neox);
                 }
             }
-            cache.write(l, p, &k, &v);
+            cache.write(l, p, &k, &v, kernels);
             // Tokens that go on: all of them, or only the last in the last layer.
             let from = if l == last_layer { n - 1 } else { 0 };
             let m = n - from;

@@ -1,14 +1,15 @@
 //! The KV cache and causal attention over it.
 //!
-//! Per layer, keys and values are f32, position-major: position `p` of KV
-//! head `g` lives at `[p * kv_dim + g * head_dim ..][..head_dim]`. Storage
+//! Per layer, keys and values are half floats (see [`super::attn`]),
+//! position-major: position `p` of KV head `g` lives at
+//! `[p * kv_dim + g * head_dim ..][..head_dim]`. Storage
 //! grows by doubling (amortized O(1) per token, never past the model window)
 //! and is kept when the cache is cut back, so [`KvCache::truncate`] is O(1):
 //! it only moves the length. A prompt that shares a prefix with the cached
 //! tokens therefore costs only its new suffix.
 
+use super::attn;
 use super::matmul::Kernels;
-use super::ops;
 use rayon::prelude::{IndexedParallelIterator, ParallelIterator, ParallelSliceMut};
 
 /// Keys and values of every layer for the cached positions.
@@ -18,8 +19,8 @@ pub struct KvCache {
     max: usize,
     len: usize,
     cap: usize,
-    k: Vec<Vec<f32>>,
-    v: Vec<Vec<f32>>,
+    k: Vec<Vec<u16>>,
+    v: Vec<Vec<u16>>,
 }
 
 impl KvCache {
@@ -56,18 +57,19 @@ impl KvCache {
         }
         let cap = total.max(self.cap * 2).max(256).min(self.max);
         for buf in self.k.iter_mut().chain(self.v.iter_mut()) {
-            buf.resize(cap * self.kv_dim, 0.0);
+            buf.resize(cap * self.kv_dim, 0);
         }
         self.cap = cap;
     }
 
     /// Store keys and values of positions `pos..pos + n` of `layer`
     /// (`k` and `v` are `n × kv_dim`, row-major). Room must be reserved.
-    pub fn write(&mut self, layer: usize, pos: usize, k: &[f32], v: &[f32]) {
+    pub fn write(&mut self, layer: usize, pos: usize, k: &[f32], v: &[f32], kernels: Kernels) {
         let n = k.len() / self.kv_dim;
         assert!(pos + n <= self.cap && v.len() == k.len(), "KV write outside reserved room");
-        self.k[layer][pos * self.kv_dim..(pos + n) * self.kv_dim].copy_from_slice(k);
-        self.v[layer][pos * self.kv_dim..(pos + n) * self.kv_dim].copy_from_slice(v);
+        let simd = kernels == Kernels::Simd;
+        attn::store_f16(k, &mut self.k[layer][pos * self.kv_dim..(pos + n) * self.kv_dim], simd);
+        attn::store_f16(v, &mut self.v[layer][pos * self.kv_dim..(pos + n) * self.kv_dim], simd);
     }
 
     /// Mark `len` positions as filled (after every layer was written).
@@ -95,7 +97,7 @@ impl KvCache {
             }
             let qh = &q[idx * head_dim..(idx + 1) * head_dim];
             let off = g * head_dim;
-            ops::attend(qh, &keys[off..], &vals[off..], self.kv_dim, n, scale, scores, o, simd);
+            attn::attend(qh, &keys[off..], &vals[off..], self.kv_dim, n, scale, scores, o, simd);
         };
         let tasks = out.len() / head_dim;
         let work = tasks * (pos + tasks / heads) * head_dim;

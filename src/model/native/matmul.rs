@@ -136,41 +136,46 @@ pub fn matmul(jobs: &mut [(&QMatrix, &mut [f32])], x: &[f32], tokens: usize, ker
 fn rows_q(w: &QMatrix, a: &QActs, rows: std::ops::Range<usize>, out: Out, kernels: Kernels) {
     let tokens = a.rows();
     let stride = w.rows;
+    let mut res = vec![[0f32; 4]; rows.len()];
     let mut t0 = 0;
     while t0 < tokens {
         let n = (tokens - t0).min(4);
-        for r in rows.clone() {
-            let row = w.row(r);
-            let mut res = [0f32; 4];
-            match n {
-                4 => dot_n::<4>(w.qtype, row, a, t0, &mut res, kernels),
-                3 => dot_n::<3>(w.qtype, row, a, t0, &mut res, kernels),
-                2 => dot_n::<2>(w.qtype, row, a, t0, &mut res, kernels),
-                _ => dot_n::<1>(w.qtype, row, a, t0, &mut res, kernels),
-            }
-            for (i, &v) in res[..n].iter().enumerate() {
+        match n {
+            4 => dot_n::<4>(w, rows.clone(), a, t0, &mut res, kernels),
+            3 => dot_n::<3>(w, rows.clone(), a, t0, &mut res, kernels),
+            2 => dot_n::<2>(w, rows.clone(), a, t0, &mut res, kernels),
+            _ => dot_n::<1>(w, rows.clone(), a, t0, &mut res, kernels),
+        }
+        for (k, vals) in res.iter().enumerate() {
+            for (i, &v) in vals[..n].iter().enumerate() {
                 // SAFETY: (t0 + i, r) is inside the output and only this task
                 // writes row r.
-                unsafe { *out.0.add((t0 + i) * stride + r) = v };
+                unsafe { *out.0.add((t0 + i) * stride + rows.start + k) = v };
             }
         }
         t0 += n;
     }
 }
 
-fn dot_n<const N: usize>(t: QType, row: &[u8], a: &QActs, t0: usize, res: &mut [f32; 4], kernels: Kernels) {
+/// Rows `rows` of `w` times activation rows `t0..t0 + N` into `res[r][..N]`.
+fn dot_n<const N: usize>(w: &QMatrix, rows: std::ops::Range<usize>, a: &QActs, t0: usize, res: &mut [[f32; 4]], kernels: Kernels) {
     let acts: [ActRow<'_>; N] = std::array::from_fn(|i| a.row(t0 + i));
     match kernels {
         #[cfg(target_arch = "x86_64")]
         Kernels::Simd => {
-            let mut o = [0f32; N];
+            let mut o = vec![[0f32; N]; rows.len()];
+            let bytes = &w.data.as_slice()[rows.start * w.row_bytes..rows.end * w.row_bytes];
             // SAFETY: `Kernels::Simd` is only chosen when the CPU has AVX2, FMA and F16C.
-            unsafe { dot_avx2::dot_q::<N>(t, row, &acts, &mut o) };
-            res[..N].copy_from_slice(&o);
+            unsafe { dot_avx2::dot_q_rows::<N>(w.qtype, bytes, &acts, &mut o) };
+            for (r, v) in res.iter_mut().zip(&o) {
+                r[..N].copy_from_slice(v);
+            }
         }
         _ => {
-            for i in 0..N {
-                res[i] = dot_scalar::dot_q(t, row, acts[i]);
+            for (k, r) in rows.enumerate() {
+                for i in 0..N {
+                    res[k][i] = dot_scalar::dot_q(w.qtype, w.row(r), acts[i]);
+                }
             }
         }
     }

@@ -6,7 +6,8 @@
 //! - [`dot_scalar`], [`dot_avx2`]: weight-row × activation dot products,
 //!   portable and AVX2/FMA/F16C (chosen at run time).
 //! - [`matmul`]: weight matrices and the threaded, token-batched products.
-//! - [`ops`]: norms, rotary embedding, SiLU, one attention head.
+//! - [`ops`]: norms, rotary embedding, SiLU; [`attn`]: one attention head
+//!   over half-float keys and values.
 //! - [`kv`]: the KV cache (O(1) truncation) and causal attention.
 //! - [`forward`]: the transformer block; [`config`]: shapes from metadata;
 //!   [`loader`]: mapping the file.
@@ -14,10 +15,12 @@
 //! [`NativeModel`] implements [`LanguageModel`]. Numerics: weights are used
 //! exactly as stored; activations entering a quantized product are rounded
 //! to 8 bits per block of 32 (as llama.cpp does), everything else (norms,
-//! rotary embedding, attention, KV cache, residuals) is f32. The logits
+//! rotary embedding, attention, residuals) is f32, except the KV cache,
+//! which holds half floats. The logits
 //! therefore differ slightly from an all-f32 evaluation of the same weights;
 //! `tests/native_parity.rs` bounds the difference against candle.
 
+pub mod attn;
 pub mod config;
 pub mod dot_avx2;
 pub mod dot_scalar;

@@ -1,7 +1,6 @@
 //! Float operations around the matrix products: RMS norm, rotary position
 //! embedding (interleaved pairs for llama, halves for NEOX/qwen), SiLU-gated
-//! products, and one attention head over the cache (scores, softmax, weighted
-//! values).
+//! products, and the `exp` that SiLU and the attention softmax share.
 //!
 //! `exp` is a degree-6 polynomial on a range-reduced argument (relative error
 //! about 2e-7, like the f32 library exp within a few ulps); the AVX2 version
@@ -52,7 +51,7 @@ fn poly(r: f32) -> f32 {
 
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn exp8(x: __m256) -> __m256 {
+pub(crate) unsafe fn exp8(x: __m256) -> __m256 {
     let x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(EXP_MIN)), _mm256_set1_ps(EXP_MAX));
     let n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(LOG2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_HI), x);
@@ -116,97 +115,6 @@ pub fn rope(x: &mut [f32], cs: &[(f32, f32)], neox: bool) {
     }
 }
 
-/// One attention head for one query: `out = softmax(scale · q·kᵢ) · vᵢ` over
-/// the `n` cached positions, whose keys and values start at `k[i * stride]`
-/// and `v[i * stride]`. `scores` is scratch space of at least `n` values.
-#[allow(clippy::too_many_arguments)]
-pub fn attend(q: &[f32], k: &[f32], v: &[f32], stride: usize, n: usize, scale: f32, scores: &mut [f32], out: &mut [f32], simd: bool) {
-    let hd = q.len();
-    assert!(n > 0 && scores.len() >= n && out.len() == hd);
-    assert!(k.len() >= (n - 1) * stride + hd && v.len() >= (n - 1) * stride + hd);
-    #[cfg(target_arch = "x86_64")]
-    if simd && simd_available() {
-        // SAFETY: AVX2 and FMA are present; the bounds are checked above.
-        unsafe { attend_avx2(q, k, v, stride, n, scale, scores, out) };
-        return;
-    }
-    let mut max = f32::NEG_INFINITY;
-    for (i, s) in scores[..n].iter_mut().enumerate() {
-        let key = &k[i * stride..i * stride + hd];
-        *s = q.iter().zip(key).map(|(a, b)| a * b).sum::<f32>() * scale;
-        max = max.max(*s);
-    }
-    let mut sum = 0f32;
-    for s in scores[..n].iter_mut() {
-        *s = exp_scalar(*s - max);
-        sum += *s;
-    }
-    out.fill(0.0);
-    for (i, &s) in scores[..n].iter().enumerate() {
-        let p = s / sum;
-        for (o, &val) in out.iter_mut().zip(&v[i * stride..i * stride + hd]) {
-            *o += p * val;
-        }
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn attend_avx2(q: &[f32], k: &[f32], v: &[f32], stride: usize, n: usize, scale: f32, scores: &mut [f32], out: &mut [f32]) {
-    let hd = q.len();
-    let hd8 = hd / 8 * 8;
-    let mut max = f32::NEG_INFINITY;
-    for i in 0..n {
-        let key = k.as_ptr().add(i * stride);
-        let mut acc = _mm256_setzero_ps();
-        for j in (0..hd8).step_by(8) {
-            acc = _mm256_fmadd_ps(_mm256_loadu_ps(q.as_ptr().add(j)), _mm256_loadu_ps(key.add(j)), acc);
-        }
-        let mut s = hsum(acc);
-        for j in hd8..hd {
-            s += q[j] * *key.add(j);
-        }
-        let s = s * scale;
-        *scores.get_unchecked_mut(i) = s;
-        max = max.max(s);
-    }
-    let n8 = n / 8 * 8;
-    let mut sumv = _mm256_setzero_ps();
-    let mx = _mm256_set1_ps(max);
-    for i in (0..n8).step_by(8) {
-        let e = exp8(_mm256_sub_ps(_mm256_loadu_ps(scores.as_ptr().add(i)), mx));
-        _mm256_storeu_ps(scores.as_mut_ptr().add(i), e);
-        sumv = _mm256_add_ps(sumv, e);
-    }
-    let mut sum = hsum(sumv);
-    for s in scores[n8..n].iter_mut() {
-        *s = exp_scalar(*s - max);
-        sum += *s;
-    }
-    let inv = 1.0 / sum;
-    out.fill(0.0);
-    for i in 0..n {
-        let p = _mm256_set1_ps(scores[i] * inv);
-        let val = v.as_ptr().add(i * stride);
-        for j in (0..hd8).step_by(8) {
-            let o = out.as_mut_ptr().add(j);
-            _mm256_storeu_ps(o, _mm256_fmadd_ps(p, _mm256_loadu_ps(val.add(j)), _mm256_loadu_ps(o)));
-        }
-        for j in hd8..hd {
-            out[j] += scores[i] * inv * *val.add(j);
-        }
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-unsafe fn hsum(v: __m256) -> f32 {
-    let mut a = [0f32; 8];
-    _mm256_storeu_ps(a.as_mut_ptr(), v);
-    ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -226,7 +134,7 @@ mod tests {
 
     #[cfg(target_arch = "x86_64")]
     #[test]
-    fn simd_silu_and_attention_match_scalar() {
+    fn simd_silu_matches_the_formula() {
         if !simd_available() {
             return;
         }
@@ -237,21 +145,6 @@ mod tests {
         for (i, (&a, &x)) in g.iter().zip(&g0).enumerate() {
             let want = x / (1.0 + (-x).exp()) * u[i];
             assert!((a - want).abs() <= 1e-5 * want.abs().max(1.0), "{i}: {a} vs {want}");
-        }
-        // Attention: SIMD against the scalar formula (head dim 12 exercises the tail).
-        let (hd, n, stride) = (12, 21, 40);
-        let q: Vec<f32> = (0..hd).map(|i| ((i * 7 % 5) as f32 - 2.0) * 0.3).collect();
-        let k: Vec<f32> = (0..n * stride).map(|i| ((i * 13 % 17) as f32 - 8.0) * 0.05).collect();
-        let v: Vec<f32> = (0..n * stride).map(|i| ((i * 5 % 11) as f32 - 5.0) * 0.1).collect();
-        let mut scores = vec![0f32; n];
-        let mut out = vec![0f32; hd];
-        attend(&q, &k, &v, stride, n, 0.25, &mut scores, &mut out, true);
-        let s: Vec<f32> = (0..n).map(|i| (0..hd).map(|j| q[j] * k[i * stride + j]).sum::<f32>() * 0.25).collect();
-        let m = s.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
-        let z: f32 = s.iter().map(|x| (x - m).exp()).sum();
-        for j in 0..hd {
-            let want: f32 = (0..n).map(|i| (s[i] - m).exp() / z * v[i * stride + j]).sum();
-            assert!((out[j] - want).abs() < 1e-5, "{j}: {} vs {want}", out[j]);
         }
     }
 

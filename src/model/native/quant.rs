@@ -119,6 +119,36 @@ pub fn f16_to_f32(h: u16) -> f32 {
     }
 }
 
+/// Single to half precision, rounding to nearest with ties to even (as
+/// F16C's `vcvtps2ph` does); overflow gives infinity.
+pub fn f32_to_f16(x: f32) -> u16 {
+    let b = x.to_bits();
+    let sign = ((b >> 16) & 0x8000) as u16;
+    let exp = ((b >> 23) & 0xff) as i32;
+    let man = b & 0x7f_ffff;
+    if exp == 0xff {
+        return sign | 0x7c00 | if man != 0 { 0x200 | (man >> 13) as u16 } else { 0 };
+    }
+    let e = exp - 127 + 15;
+    if e >= 31 {
+        return sign | 0x7c00;
+    }
+    let (r, rem, half) = if e <= 0 {
+        // A half subnormal (or zero): units of 2^-24.
+        if e < -10 {
+            return sign;
+        }
+        let m = man | 0x80_0000;
+        let shift = (14 - e) as u32;
+        (m >> shift, m & ((1 << shift) - 1), 1u32 << (shift - 1))
+    } else {
+        (((e as u32) << 10) | (man >> 13), man & 0x1fff, 0x1000)
+    };
+    // A carry out of the mantissa moves to the next binade (or infinity), as it should.
+    let r = if rem > half || (rem == half && r & 1 == 1) { r + 1 } else { r };
+    sign | r as u16
+}
+
 /// The little-endian half at `b[i..i + 2]`, as f32.
 #[inline]
 pub fn read_f16(b: &[u8], i: usize) -> f32 {
