@@ -17,7 +17,8 @@
 //! - [`metrics`]: exact match, ROUGE-L, chrF, bootstrap intervals.
 //! - [`record`]: the notebook recorder (drives a python3 process).
 //! - [`run`]: the runner, run folders and their wire formats.
-//! - [`report`]: tables for people.
+//! - [`sweep`]: context-length sweeps: one configuration at several budgets and models.
+//! - [`report`]: tables for people; study reports with plots and paired tests.
 //! - [`bench`]: model speed measurements.
 //! - [`cli`]: the command line.
 //! - [`util`]: hashing helpers.
@@ -32,4 +33,5 @@ pub mod prompt;
 pub mod record;
 pub mod report;
 pub mod run;
+pub mod sweep;
 pub mod util;

@@ -24,6 +24,7 @@ fn config() -> RunConfig {
         metrics: Default::default(),
         device: Default::default(),
         weights: Default::default(),
+        engine: Default::default(),
         threads: None,
     }
 }

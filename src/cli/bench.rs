@@ -3,7 +3,7 @@
 use crate::bench::{self, median, BenchConfig};
 use crate::model::device::DeviceSpec;
 use crate::model::fetch::{self, FetchOptions};
-use crate::model::gguf::{self, WeightsPolicy};
+use crate::model::gguf::{self, Engine, LoadOptions, WeightsPolicy};
 use crate::model::registry::{self, DEFAULT_MODEL};
 use clap::Args;
 
@@ -27,6 +27,9 @@ pub struct BenchArgs {
     /// How weights are held: auto, quantized, f32 or f16.
     #[arg(long, default_value = "auto")]
     pub weights: WeightsPolicy,
+    /// Engine: auto (native on CPU when it supports the model, else candle), native or candle.
+    #[arg(long, default_value = "auto")]
+    pub engine: Engine,
     /// CPU threads.
     #[arg(long)]
     pub threads: Option<usize>,
@@ -41,7 +44,8 @@ pub fn execute(args: BenchArgs) -> anyhow::Result<()> {
     let resolved = fetch::fetch(&card, &FetchOptions::from_env())?;
     let device = args.device.open()?;
     let t = std::time::Instant::now();
-    let mut loaded = gguf::load_with(&resolved, &device, args.weights)?;
+    let opts = LoadOptions { weights: args.weights, engine: args.engine };
+    let mut loaded = gguf::load_with_options(&resolved, &device, &opts)?;
     let load_s = t.elapsed().as_secs_f64();
     let cfg = BenchConfig { prompt_tokens: args.prompt_tokens, gen_tokens: args.gen_tokens, repeats: args.repeats.max(1) };
     let r = bench::bench(&mut loaded.model, &loaded.tokenizer, &cfg)?;
@@ -56,6 +60,7 @@ pub fn execute(args: BenchArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         println!("model     {} ({}, weights {})", loaded.info.id, loaded.info.quantization, loaded.info.weights);
+        println!("engine    {}", loaded.info.engine);
         println!("device    {} with {threads} threads; load {load_s:.2} s", args.device);
         println!(
             "prompt    {:.1} tokens/s (median of {}; {} tokens)",

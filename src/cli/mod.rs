@@ -9,6 +9,8 @@ pub mod prompt;
 pub mod record;
 pub mod score;
 pub mod run;
+pub mod sweep;
+pub mod report;
 
 use clap::{Parser, Subcommand};
 
@@ -42,6 +44,10 @@ pub enum Command {
     Score(score::ScoreArgs),
     /// Measure a model's prompt and generation speed.
     BenchModel(bench::BenchArgs),
+    /// Run the benchmark at several context budgets (and models) into one sweep folder; running it again continues it.
+    Sweep(sweep::SweepArgs),
+    /// Write a report (markdown, HTML, SVG/PNG plots) over run and sweep folders.
+    Report(report::ReportArgs),
 }
 
 /// Run a parsed command line.
@@ -54,6 +60,8 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Prompt(args) => prompt::execute(args),
         Command::Record(args) => record::execute(args),
         Command::Score(args) => score::execute(args),
+        Command::Sweep(args) => sweep::execute(args),
+        Command::Report(args) => report::execute(args),
     }
 }
 
@@ -75,6 +83,9 @@ pub fn exit_code(err: &anyhow::Error) -> i32 {
         }
         if cause.downcast_ref::<crate::data::DataError>().is_some() {
             return 2;
+        }
+        if let Some(e) = cause.downcast_ref::<crate::report::ReportError>() {
+            return e.exit_code();
         }
     }
     1

@@ -60,6 +60,7 @@ pub fn execute(args: PromptArgs) -> anyhow::Result<()> {
         metrics: Default::default(),
         device: Default::default(),
         weights: Default::default(),
+        engine: Default::default(),
         threads: None,
     };
     let dataset = data::load(&cfg.data_spec())?;

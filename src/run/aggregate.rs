@@ -26,9 +26,13 @@ pub fn groups(records: &[SampleRecord], opts: &MetricOptions, seed: u64) -> Vec<
                 })
                 .collect();
             let mut finish_reasons = BTreeMap::new();
+            let mut answer_kinds = BTreeMap::new();
             for r in &scored {
                 let key = r.finish_reason.map(|f| f.as_str()).unwrap_or("unknown").to_string();
                 *finish_reasons.entry(key).or_insert(0) += 1;
+                if let Some(k) = r.answer_kind {
+                    *answer_kinds.entry(k.as_str().to_string()).or_insert(0) += 1;
+                }
             }
             let mean = |f: &dyn Fn(&SampleRecord) -> f64| {
                 if scored.is_empty() {
@@ -45,6 +49,7 @@ pub fn groups(records: &[SampleRecord], opts: &MetricOptions, seed: u64) -> Vec<
                 metrics: metrics::aggregate(&pairs, opts, seed),
                 extra: (opts.chrf_word_order > 0 || opts.rouge_lsum).then(|| metrics::aggregate_extra(&pairs, opts, seed)),
                 finish_reasons,
+                answer_kinds,
                 mean_prompt_tokens: mean(&|r| r.prompt_tokens as f64),
                 mean_steps_kept: mean(&|r| r.steps_kept as f64),
                 mean_dropped_steps: mean(&|r| r.dropped_steps as f64),

@@ -6,7 +6,7 @@ use crate::data::samples::Task;
 use crate::data::DataSpec;
 use crate::metrics::MetricOptions;
 use crate::model::device::DeviceSpec;
-use crate::model::gguf::WeightsPolicy;
+use crate::model::gguf::{Engine, WeightsPolicy};
 use crate::prompt::PromptSettings;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -44,6 +44,9 @@ pub struct RunConfig {
     /// How weights are held in memory (see `--weights`).
     #[serde(default)]
     pub weights: WeightsPolicy,
+    /// The engine that runs GGUF models (see `--engine`).
+    #[serde(default)]
+    pub engine: Engine,
     /// Worker threads for the CPU backend (not part of what is compared on resume).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub threads: Option<usize>,

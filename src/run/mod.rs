@@ -7,6 +7,7 @@
 //! again, provided the configuration is the same.
 
 pub mod aggregate;
+pub mod answer;
 pub mod config;
 pub mod record;
 pub mod score;
@@ -185,7 +186,8 @@ pub fn load_session(cfg: &RunConfig, opts: &RunOptions) -> Result<Session, RunEr
     let card = registry::resolve_spec(&cfg.model)?;
     let resolved = fetch::fetch(&card, &opts.fetch)?;
     let device = cfg.device.open()?;
-    let loaded = gguf::load_with(&resolved, &device, cfg.weights)?;
+    let opts = gguf::LoadOptions { weights: cfg.weights, engine: cfg.engine };
+    let loaded = gguf::load_with_options(&resolved, &device, &opts)?;
     Ok(Session { dataset, card, loaded })
 }
 
@@ -313,6 +315,7 @@ fn run_one(
         skip_detail: None,
         scores: None,
         extra_scores: None,
+        answer_kind: None,
         reused_prompt_tokens: 0,
         prefill_s: 0.0,
         decode_s: 0.0,
@@ -340,6 +343,13 @@ fn run_one(
     };
     let generation = decode::generate(model, tokenizer, &prompt.tokens, &gen_cfg)?;
     let prediction = crate::prompt::post::clean(&generation.text, prompt.post);
+    rec.answer_kind = Some(answer::classify(
+        sample.task,
+        &prediction,
+        &rec.reference,
+        &traj.steps[..sample.step],
+        &traj.steps[sample.step],
+    ));
     rec.scores = Some(metrics::score(&prediction, &rec.reference, &cfg.metrics));
     if cfg.metrics.chrf_word_order > 0 || cfg.metrics.rouge_lsum {
         rec.extra_scores = Some(metrics::score_extra(&prediction, &rec.reference, &cfg.metrics));

@@ -4,6 +4,7 @@
 
 use crate::data::samples::Task;
 use crate::decode::FinishReason;
+use super::answer::AnswerKind;
 use crate::metrics::{ExtraGroupMetrics, ExtraScores, GroupMetrics, Scores};
 use crate::model::gguf::ModelInfo;
 use serde::{Deserialize, Serialize};
@@ -65,6 +66,9 @@ pub struct SampleRecord {
     pub skip_detail: Option<String>,
     #[serde(default)]
     pub scores: Option<Scores>,
+    /// empty, chatter, echo or answer (see `run::answer`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer_kind: Option<AnswerKind>,
     /// chrF++ / rougeLsum when enabled (`--chrf-plus`, `--rouge-lsum`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub extra_scores: Option<ExtraScores>,
@@ -92,6 +96,9 @@ pub struct GroupResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub extra: Option<ExtraGroupMetrics>,
     pub finish_reasons: BTreeMap<String, usize>,
+    /// Scored samples by answer kind (empty, chatter, echo, answer).
+    #[serde(default)]
+    pub answer_kinds: BTreeMap<String, usize>,
     pub mean_prompt_tokens: f64,
     pub mean_steps_kept: f64,
     pub mean_dropped_steps: f64,

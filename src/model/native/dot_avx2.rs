@@ -19,7 +19,7 @@ use std::arch::x86_64::{
     _mm256_cvtepi32_ps, _mm256_cvtph_ps, _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_loadu_ps,
     _mm256_loadu_si256, _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_or_si256, _mm256_set1_epi16,
     _mm256_set1_epi32, _mm256_set1_epi64x, _mm256_set1_epi8, _mm256_set_epi32, _mm256_srlv_epi32, _mm256_broadcastsi128_si256, _mm256_set1_ps, _mm256_set_epi64x,
-    _mm256_set_m128i, _mm256_setzero_ps, _mm256_shuffle_epi8, _mm256_sign_epi8, _mm256_slli_epi16,
+    _mm256_set_m128i, _mm256_setzero_ps, _mm256_srl_epi16, _mm256_sub_epi8, _mm256_shuffle_epi8, _mm256_sign_epi8, _mm256_slli_epi16,
     _mm256_srli_epi16, _mm256_sub_epi16, _mm_add_ps, _mm_add_ss, _mm_cvtph_ps, _mm_cvtsi32_si128, _mm_cvtss_f32,
     _mm_loadu_si128, _mm_movehdup_ps, _mm_movehl_ps, _mm_set1_epi16,
 };
@@ -155,27 +155,20 @@ const T_Q5_0: u8 = 2;
 const T_Q5_1: u8 = 3;
 
 /// Q4_0, Q4_1, Q5_0, Q5_1 (the type is a constant so that each kernel is
-/// straight-line code). Two accumulator sets take even and odd blocks to
-/// shorten the FMA dependency chains.
+/// straight-line code). Each token's sum is accumulated in the same order
+/// whatever `N` is, so results do not depend on how tokens are batched.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 unsafe fn b32<const T: u8, const N: usize>(w: &[u8], a: &[ActRow<'_>; N], out: &mut [f32; N]) {
     let nb = a[0].d.len();
-    let mut acc0 = [_mm256_setzero_ps(); N];
-    let mut acc1 = [_mm256_setzero_ps(); N];
+    let mut acc = [_mm256_setzero_ps(); N];
     let mut corr = [0f32; N];
-    let mut b = 0;
-    while b + 2 <= nb {
-        b32_step::<T, N>(w, a, b, &mut acc0, &mut corr);
-        b32_step::<T, N>(w, a, b + 1, &mut acc1, &mut corr);
-        b += 2;
-    }
-    if b < nb {
-        b32_step::<T, N>(w, a, b, &mut acc0, &mut corr);
+    for b in 0..nb {
+        b32_step::<T, N>(w, a, b, &mut acc, &mut corr);
     }
     for i in 0..N {
-        out[i] = hsum(_mm256_add_ps(acc0[i], acc1[i])) + corr[i];
+        out[i] = hsum(acc[i]) + corr[i];
     }
 }
 
@@ -191,12 +184,12 @@ unsafe fn b32_step<const T: u8, const N: usize>(w: &[u8], a: &[ActRow<'_>; N], b
     };
     let p = w.as_ptr().add(bb * b);
     // d (and the minimum m for the types that have one), converted together.
-    let (d, m) = if T == T_Q4_1 || T == T_Q5_1 {
+    let with_min = T == T_Q4_1 || T == T_Q5_1;
+    let (d, m) = if with_min {
         let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(std::ptr::read_unaligned(p as *const i32)));
         (_mm_cvtss_f32(dm), _mm_cvtss_f32(_mm_movehdup_ps(dm)))
     } else {
-        let d = f16_at(p);
-        (d, if T == T_Q4_0 { -8.0 * d } else { -16.0 * d })
+        (f16_at(p), 0.0)
     };
     // 16 bytes to both halves, then shift the high half by 4: low nibbles
     // are values 0..16, high nibbles 16..32.
@@ -206,10 +199,23 @@ unsafe fn b32_step<const T: u8, const N: usize>(w: &[u8], a: &[ActRow<'_>; N], b
         let qh = std::ptr::read_unaligned(p.add(qs_off - 4) as *const u32);
         q = _mm256_or_si256(q, high_bits(qh));
     }
-    for i in 0..N {
-        let r = &a[i];
-        acc[i] = _mm256_fmadd_ps(udot(q, load_act(r, b)), _mm256_set1_ps(d * *r.d.get_unchecked(b)), acc[i]);
-        corr[i] = m.mul_add(*r.s.get_unchecked(b), corr[i]);
+    if with_min {
+        for i in 0..N {
+            let r = &a[i];
+            acc[i] = _mm256_fmadd_ps(udot(q, load_act(r, b)), _mm256_set1_ps(d * *r.d.get_unchecked(b)), acc[i]);
+            corr[i] = m.mul_add(*r.s.get_unchecked(b), corr[i]);
+        }
+    } else {
+        // The offset types: signed quants (q − 8 or q − 16) and the sign
+        // trick, so no correction term is needed.
+        let qs = _mm256_sub_epi8(q, _mm256_set1_epi8(if T == T_Q4_0 { 8 } else { 16 }));
+        let qabs = _mm256_sign_epi8(qs, qs);
+        for i in 0..N {
+            let r = &a[i];
+            let av = _mm256_sign_epi8(load_act(r, b), qs);
+            let s = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(qabs, av), _mm256_set1_epi16(1)));
+            acc[i] = _mm256_fmadd_ps(s, _mm256_set1_ps(d * *r.d.get_unchecked(b)), acc[i]);
+        }
     }
 }
 
@@ -218,19 +224,12 @@ unsafe fn b32_step<const T: u8, const N: usize>(w: &[u8], a: &[ActRow<'_>; N], b
 #[inline]
 unsafe fn q8_0<const N: usize>(w: &[u8], a: &[ActRow<'_>; N], out: &mut [f32; N]) {
     let nb = a[0].d.len();
-    let mut acc0 = [_mm256_setzero_ps(); N];
-    let mut acc1 = [_mm256_setzero_ps(); N];
-    let mut b = 0;
-    while b + 2 <= nb {
-        q8_0_step::<N>(w, a, b, &mut acc0);
-        q8_0_step::<N>(w, a, b + 1, &mut acc1);
-        b += 2;
-    }
-    if b < nb {
-        q8_0_step::<N>(w, a, b, &mut acc0);
+    let mut acc = [_mm256_setzero_ps(); N];
+    for b in 0..nb {
+        q8_0_step::<N>(w, a, b, &mut acc);
     }
     for i in 0..N {
-        out[i] = hsum(_mm256_add_ps(acc0[i], acc1[i]));
+        out[i] = hsum(acc[i]);
     }
 }
 
@@ -315,22 +314,13 @@ unsafe fn q6k<const N: usize>(w: &[u8], a: &[ActRow<'_>; N], out: &mut [f32; N])
             let l0 = _mm256_loadu_si256(p.add(64 * n) as *const __m256i);
             let l1 = _mm256_loadu_si256(p.add(64 * n + 32) as *const __m256i);
             let h = _mm256_loadu_si256(p.add(128 + 32 * n) as *const __m256i);
-            let qv = [
-                _mm256_or_si256(_mm256_and_si256(l0, low), _mm256_slli_epi16(_mm256_and_si256(h, three), 4)),
-                _mm256_or_si256(
-                    _mm256_and_si256(l1, low),
-                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), three), 4),
-                ),
-                _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16(l0, 4), low),
-                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), three), 4),
-                ),
-                _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16(l1, 4), low),
-                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), three), 4),
-                ),
-            ];
-            for (k, &q) in qv.iter().enumerate() {
+            for k in 0..4 {
+                // Values 32k..32k+32 of this half: low or high nibbles of
+                // l0 or l1, two high bits from h.
+                let l = if k & 1 == 0 { l0 } else { l1 };
+                let nib = if k < 2 { l } else { _mm256_srli_epi16(l, 4) };
+                let hb = _mm256_and_si256(_mm256_srl_epi16(h, _mm_cvtsi32_si128(2 * k as i32)), three);
+                let q = _mm256_or_si256(_mm256_and_si256(nib, low), _mm256_slli_epi16(hb, 4));
                 let s0 = *scales.add(8 * n + 2 * k) as i16;
                 let s1 = *scales.add(8 * n + 2 * k + 1) as i16;
                 let scv = _mm256_set_m128i(_mm_set1_epi16(s1), _mm_set1_epi16(s0));

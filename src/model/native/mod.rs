@@ -10,7 +10,7 @@
 //!   over half-float keys and values.
 //! - [`kv`]: the KV cache (O(1) truncation) and causal attention.
 //! - [`forward`]: the transformer block; [`config`]: shapes from metadata;
-//!   [`loader`]: mapping the file.
+//!   [`loader`]: mapping the file; [`engine`]: native or candle.
 //!
 //! [`NativeModel`] implements [`LanguageModel`]. Numerics: weights are used
 //! exactly as stored; activations entering a quantized product are rounded
@@ -24,6 +24,7 @@ pub mod attn;
 pub mod config;
 pub mod dot_avx2;
 pub mod dot_scalar;
+pub mod engine;
 pub mod forward;
 pub mod kv;
 pub mod loader;
@@ -37,6 +38,7 @@ use super::{LanguageModel, ModelError};
 use candle_core::quantized::gguf_file;
 use forward::Transformer;
 use kv::KvCache;
+pub use engine::Engine;
 pub use matmul::Kernels;
 use std::path::Path;
 
@@ -97,7 +99,17 @@ impl NativeModel {
         self.cache.capacity()
     }
 
-    /// The weight types in use, e.g. "Q4_1 ×210, Q8_0 ×1" (for model info).
+    /// How the weights are held, for model info: "as stored (Q4_1 ×210,
+    /// Q8_0 ×1), AVX2 kernels".
+    pub fn description(&self) -> String {
+        let k = match self.kernels {
+            Kernels::Simd => "AVX2",
+            Kernels::Scalar => "portable",
+        };
+        format!("as stored ({}), {k} kernels", self.weight_types())
+    }
+
+    /// The weight types in use, e.g. "Q4_1 ×210, Q8_0 ×1".
     pub fn weight_types(&self) -> String {
         let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
         let w = &self.net.w;
@@ -129,12 +141,19 @@ impl LanguageModel for NativeModel {
             return Err(ModelError::Other(format!("token id {bad} is outside the embedding of {} rows", self.net.cfg.vocab_rows)));
         }
         self.cache.reserve(self.tokens.len() + tokens.len());
-        let mut logits = None;
-        let chunks = tokens.len().div_ceil(CHUNK);
-        for (i, chunk) in tokens.chunks(CHUNK).enumerate() {
-            logits = self.net.forward(&mut self.cache, chunk, i + 1 == chunks, self.kernels);
-            self.tokens.extend_from_slice(chunk);
-        }
+        let (net, cache, kernels) = (&self.net, &mut self.cache, self.kernels);
+        // The whole pass runs on a worker of rayon's pool, so that the many
+        // parallel products inside it fork and join among workers that stay
+        // awake, instead of this thread waking the pool for each of them.
+        let logits = rayon::scope(|_| {
+            let mut logits = None;
+            let chunks = tokens.len().div_ceil(CHUNK);
+            for (i, chunk) in tokens.chunks(CHUNK).enumerate() {
+                logits = net.forward(cache, chunk, i + 1 == chunks, kernels);
+            }
+            logits
+        });
+        self.tokens.extend_from_slice(tokens);
         logits.ok_or_else(|| ModelError::Other("no logits were computed".into()))
     }
 

@@ -1,0 +1,81 @@
+//! Which engine runs a GGUF model: the native CPU engine of this module or
+//! candle-transformers' quantized models. `auto` takes the native engine on
+//! the CPU for the architectures and weight types it implements, unless
+//! dequantized weights were asked for; candle otherwise (CUDA, gemma3, other
+//! types, rope scaling, ...).
+
+use super::unsupported_reason;
+use crate::model::gguf::WeightsPolicy;
+use crate::model::ModelError;
+use candle_core::quantized::gguf_file;
+
+/// Whether `auto` picks the native engine when it can.
+pub const AUTO_PREFERS_NATIVE: bool = false;
+
+/// The engine that runs a GGUF model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Engine {
+    /// Native on the CPU when it supports the file, candle otherwise.
+    #[default]
+    Auto,
+    /// Our own CPU kernels on the weights as stored.
+    Native,
+    /// candle-transformers' quantized models (CPU or CUDA).
+    Candle,
+}
+
+impl Engine {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Engine::Auto => "auto",
+            Engine::Native => "native",
+            Engine::Candle => "candle",
+        }
+    }
+
+    /// The engine to use for a file: `Native` or `Candle`, never `Auto`.
+    /// An explicit `Native` that cannot run the file is an error saying why.
+    pub fn resolve(self, on_cpu: bool, weights: WeightsPolicy, ct: &gguf_file::Content) -> Result<Engine, ModelError> {
+        let dequantized = matches!(weights, WeightsPolicy::F32 | WeightsPolicy::F16);
+        match self {
+            Engine::Candle => Ok(Engine::Candle),
+            Engine::Native => {
+                if !on_cpu {
+                    return Err(ModelError::Engine("the native engine runs on the CPU only; use --engine candle for CUDA".into()));
+                }
+                if dequantized {
+                    return Err(ModelError::Engine(format!(
+                        "the native engine uses the weights as stored; --weights {weights} needs --engine candle"
+                    )));
+                }
+                match unsupported_reason(ct) {
+                    None => Ok(Engine::Native),
+                    Some(why) => Err(ModelError::Engine(format!("the native engine cannot run this model: {why}; use --engine candle"))),
+                }
+            }
+            Engine::Auto => {
+                let native = AUTO_PREFERS_NATIVE && on_cpu && !dequantized && unsupported_reason(ct).is_none();
+                Ok(if native { Engine::Native } else { Engine::Candle })
+            }
+        }
+    }
+}
+
+impl std::str::FromStr for Engine {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "auto" => Ok(Engine::Auto),
+            "native" => Ok(Engine::Native),
+            "candle" => Ok(Engine::Candle),
+            other => Err(format!("unknown engine {other:?}; use auto, native or candle")),
+        }
+    }
+}
+
+impl std::fmt::Display for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
