@@ -19,7 +19,7 @@ use clap::{ArgAction, ArgMatches, Args, Command, FromArgMatches};
 /// [`crate::sweep::DEFAULT_BUDGETS`] as clap default values.
 const BUDGETS_ARG: [&str; 5] = ["256", "512", "1024", "2048", "4096"];
 /// [`crate::sweep::DEFAULT_LIMIT`] as a clap default value.
-const LIMIT_ARG: &str = "20";
+const LIMIT_ARG: &str = "10";
 /// [`crate::sweep::DEFAULT_MAX_NEW_TOKENS`] as a clap default value.
 const MAX_NEW_ARG: &str = "64";
 

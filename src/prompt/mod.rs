@@ -187,7 +187,8 @@ impl<'a> PromptBuilder<'a> {
     fn render(&self, tpl: &PromptTemplate, src: &ContextSource<'_>, shape: &Shape) -> Result<(String, context::Built), PromptError> {
         let built = src.build(shape);
         let user = tpl.render_user(&built.context)?;
-        let text = self.formatter.render(tpl.system.as_deref(), &user, &tpl.assistant_prefix)?;
+        let prefix = tpl.render_prefix(&built.context)?;
+        let text = self.formatter.render(tpl.system.as_deref(), &user, &prefix)?;
         Ok((text, built))
     }
 

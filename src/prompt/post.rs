@@ -9,6 +9,9 @@
 //! - `output`: the same fence handling; drop a leading `Out[n]:` /
 //!   `# Out[n]:` marker line; drop trailing whitespace on each line and blank
 //!   lines at both ends.
+//! - both: the answer ends before the first later line that is a commented
+//!   notebook marker (`# In[n]:` or `# Out[n]:`): there the model began
+//!   another cell.
 //! - `none`: unchanged.
 //!
 //! The assistant prefix of a template (for example ```` ```python ````) is
@@ -20,8 +23,8 @@ use super::template::PostKind;
 pub fn clean(raw: &str, kind: PostKind) -> String {
     match kind {
         PostKind::None => raw.to_string(),
-        PostKind::Code => tidy(&drop_marker(&unfence(raw), is_in_marker)),
-        PostKind::Output => tidy(&drop_marker(&unfence(raw), is_out_marker)),
+        PostKind::Code => tidy(&cut_at_next_cell(&drop_marker(&unfence(raw), is_in_marker))),
+        PostKind::Output => tidy(&cut_at_next_cell(&drop_marker(&unfence(raw), is_out_marker))),
     }
 }
 
@@ -68,6 +71,16 @@ fn drop_marker(text: &str, is_marker: fn(&str) -> bool) -> String {
     lines.collect::<Vec<_>>().join("\n")
 }
 
+/// The text before the first commented notebook marker line (`# In[n]:` or
+/// `# Out[n]:`, the markers the prompts use): from there on the model is
+/// writing another cell, not the answer.
+fn cut_at_next_cell(text: &str) -> String {
+    let is_cell_marker = |l: &str| l.trim_start().starts_with('#') && (is_in_marker(l) || is_out_marker(l));
+    let lines: Vec<&str> = text.split('\n').collect();
+    let end = lines.iter().position(|l| is_cell_marker(l)).unwrap_or(lines.len());
+    lines[..end].join("\n")
+}
+
 /// Trailing whitespace off each line, blank lines off both ends.
 pub fn tidy(text: &str) -> String {
     let text = text.replace("\r\n", "\n").replace('\r', "\n");
@@ -103,8 +116,20 @@ mod tests {
         assert_eq!(clean("# In[7]:\ndf.shape", PostKind::Code), "df.shape");
         assert_eq!(clean("Out[3]:\n(891, 12)\n", PostKind::Output), "(891, 12)");
         assert_eq!(clean("# Out[3]:\n(891, 12)", PostKind::Output), "(891, 12)");
-        // A marker later in the text is content.
+        // A bare marker later in the text is content.
         assert_eq!(clean("x\nOut[3]:", PostKind::Output), "x\nOut[3]:");
+    }
+
+    #[test]
+    fn the_next_cell_ends_the_answer() {
+        // The model wrote the output, then went on with another cell.
+        assert_eq!(clean("(891, 12)\n\n# In[8]:\ndf.head()", PostKind::Output), "(891, 12)");
+        // It skipped the output and began the next cell: no answer.
+        assert_eq!(clean("# In[22]:\n# In[23]:", PostKind::Output), "");
+        assert_eq!(clean("# In[10]:\n# In[11]:\n# In[12]:", PostKind::Code), "");
+        assert_eq!(clean("df.shape\n# Out[10]:\n(3, 2)", PostKind::Code), "df.shape");
+        // Ordinary comments stay.
+        assert_eq!(clean("# In the data\nx = 1", PostKind::Code), "# In the data\nx = 1");
     }
 
     #[test]

@@ -25,10 +25,10 @@ use std::path::Path;
 
 /// Built-in templates (file name, text).
 pub const BUILTIN_TEMPLATES: &[(&str, &str)] = &[
-    ("next_cell.plain.chat.v1.toml", include_str!("../../prompts/next_cell.plain.chat.v1.toml")),
-    ("next_cell.runtime.chat.v1.toml", include_str!("../../prompts/next_cell.runtime.chat.v1.toml")),
-    ("output.plain.chat.v1.toml", include_str!("../../prompts/output.plain.chat.v1.toml")),
-    ("output.runtime.chat.v1.toml", include_str!("../../prompts/output.runtime.chat.v1.toml")),
+    ("next_cell.plain.chat.v2.toml", include_str!("../../prompts/next_cell.plain.chat.v2.toml")),
+    ("next_cell.runtime.chat.v2.toml", include_str!("../../prompts/next_cell.runtime.chat.v2.toml")),
+    ("output.plain.chat.v2.toml", include_str!("../../prompts/output.plain.chat.v2.toml")),
+    ("output.runtime.chat.v2.toml", include_str!("../../prompts/output.runtime.chat.v2.toml")),
     ("next_cell.plain.completion.v1.toml", include_str!("../../prompts/next_cell.plain.completion.v1.toml")),
     ("next_cell.runtime.completion.v1.toml", include_str!("../../prompts/next_cell.runtime.completion.v1.toml")),
     ("output.plain.completion.v1.toml", include_str!("../../prompts/output.plain.completion.v1.toml")),
@@ -90,6 +90,10 @@ impl PromptTemplate {
             origin: origin.to_string(),
             message: format!("field `user`: {e}"),
         })?;
+        env.template_from_str(&t.assistant_prefix).map_err(|e| PromptError::Template {
+            origin: origin.to_string(),
+            message: format!("field `assistant_prefix`: {e}"),
+        })?;
         Ok(t)
     }
 
@@ -108,6 +112,16 @@ impl PromptTemplate {
             .into_iter()
             .find(|t| t.task == task && t.runtime == runtime && t.format == format)
             .expect("a built-in template exists for every task, variant and format")
+    }
+
+    /// Render the assistant prefix with a context (it may use the same
+    /// variables as the user text, e.g. `{{ next_number }}`).
+    pub fn render_prefix<S: Serialize>(&self, ctx: &S) -> Result<String, PromptError> {
+        let env = environment();
+        env.render_str(&self.assistant_prefix, ctx).map_err(|e| PromptError::Template {
+            origin: self.id.clone(),
+            message: format!("rendering `assistant_prefix`: {e:#}"),
+        })
     }
 
     /// Render the user text with a context.

@@ -7,7 +7,8 @@
 //! - empty: nothing left after cleaning;
 //! - echo: the cleaned prediction, with blank lines and trailing spaces
 //!   ignored, equals the code of an earlier step, or (output task) equals or
-//!   contains the target cell's code — unless it also equals the reference;
+//!   contains the target cell's code, or copies the runtime block's variables
+//!   table — unless it also equals the reference;
 //! - chatter: the first non-empty line reads as an English sentence (starts
 //!   with a word like "Here", "This", "The", "Sure", "To", "You", "I", or has
 //!   four or more words and no code punctuation), or the raw answer holds a
@@ -71,7 +72,10 @@ pub fn classify(task: Task, prediction: &str, reference: &str, history: &[Step],
             let t = normalize_exact(&target.code);
             !t.is_empty() && pred.contains(&t)
         };
-        if echoes_history || echoes_target {
+        // The runtime block's table header: the model copied the prompt's
+        // variables table instead of answering.
+        let echoes_runtime = pred.lines().any(|l| l.trim_start().starts_with("# name | type |"));
+        if echoes_history || echoes_target || echoes_runtime {
             return AnswerKind::Echo;
         }
     }
@@ -125,5 +129,9 @@ mod tests {
             AnswerKind::Answer
         );
         assert_eq!(classify(Task::NextCell, "x = 1", "y", &hist, &target), AnswerKind::Answer);
+        assert_eq!(
+            classify(Task::Output, "# name | type | shape/len | value\n# x | int | - | 1", "1", &hist, &target),
+            AnswerKind::Echo
+        );
     }
 }

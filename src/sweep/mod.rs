@@ -38,9 +38,9 @@ use std::path::{Path, PathBuf};
 pub const DEFAULT_BUDGETS: [usize; 5] = [256, 512, 1024, 2048, 4096];
 
 /// Samples per task × runtime group when `--limit` is not given: the default
-/// sweep (5 budgets × 4 groups × 20 = 400 samples with the default model on
+/// sweep (5 budgets × 4 groups × 10 = 200 samples with the default model on
 /// the embedded sample) stays a matter of minutes on two CPU cores.
-pub const DEFAULT_LIMIT: usize = 20;
+pub const DEFAULT_LIMIT: usize = 10;
 
 /// `--max-new-tokens` of a sweep when not given (`themisto run` has 256,
 /// which the 256-token budget cannot hold). 64 tokens leave the smallest
