@@ -107,6 +107,7 @@ pub fn generate(
         .take_while(|(a, b)| a == b)
         .count()
         .min(prompt.len() - 1);
+    let reused = model.kept_on_truncate(shared);
     model.truncate(shared)?;
     let t0 = Instant::now();
     let mut logits = model.forward(&prompt[shared..])?;
@@ -142,7 +143,7 @@ pub fn generate(
         finish,
         prompt_tokens: prompt.len(),
         generated_tokens: ids.len(),
-        reused_tokens: shared,
+        reused_tokens: reused,
         prefill_s,
         decode_s: t1.elapsed().as_secs_f64(),
     })

@@ -407,6 +407,9 @@ impl LanguageModel for GgufModel {
     fn cached_len(&self) -> usize {
         self.lm().cached_len()
     }
+    fn kept_on_truncate(&self, len: usize) -> usize {
+        self.lm().kept_on_truncate(len)
+    }
     fn cached_tokens(&self) -> &[u32] {
         self.lm().cached_tokens()
     }
@@ -491,6 +494,15 @@ impl LanguageModel for CandleModel {
 
     fn cached_len(&self) -> usize {
         self.cached.len()
+    }
+
+    fn kept_on_truncate(&self, len: usize) -> usize {
+        // Cutting below what candle holds means recomputing from position 0.
+        if len == self.in_cache.len() {
+            len
+        } else {
+            0
+        }
     }
 
     fn cached_tokens(&self) -> &[u32] {

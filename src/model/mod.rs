@@ -37,6 +37,12 @@ pub trait LanguageModel {
     fn context_length(&self) -> usize;
     /// Rows of the output layer (logits length).
     fn vocab_rows(&self) -> usize;
+    /// How many of the first `len` cached positions stay computed after
+    /// `truncate(len)`: `len` for caches that can be cut, fewer for models
+    /// that must recompute the kept prefix (candle's caches cannot be cut).
+    fn kept_on_truncate(&self, len: usize) -> usize {
+        len
+    }
 }
 
 /// Everything that can go wrong finding, checking and loading a model.
