@@ -4,8 +4,8 @@
 //!
 //! Float weight types are multiplied in f32 by both engines: the logits
 //! agree to float rounding (and the half-float KV cache). Quantized types
-//! add the 8-bit rounding of activations: the logits agree to about 1% of
-//! their range.
+//! add the 8-bit rounding of activations: the logits agree to 1–2% of their
+//! range on these small random models.
 
 mod common;
 
@@ -165,6 +165,16 @@ fn float_weights_match_candle_closely() {
     }
 }
 
+/// Largest logit difference allowed for quantized weights, as a fraction of
+/// the logit range. It is set by the 8-bit activation rounding, not by the
+/// weight formats: measured 0.012–0.022 over the types below (each type gets
+/// its own random weights, so this is the spread over ten small random
+/// models), and 0.0002–0.0007 for every type (the half-float KV cache) when
+/// the same weight decoding is multiplied with unrounded f32 activations.
+/// A wrong weight layout shows up as tens of percent here, and exactly in the
+/// unit tests of `model::native` against candle's dequantizer.
+const QUANTIZED_MAX_REL_DIFF: f32 = 0.03;
+
 #[test]
 fn quantized_weights_match_candle_within_activation_rounding() {
     let types = [
@@ -179,11 +189,11 @@ fn quantized_weights_match_candle_within_activation_rounding() {
     ];
     for wt in types {
         let d = compare("llama", wt);
-        assert!(d < 0.02, "llama {wt:?}: logits differ by {d} of their range");
+        assert!(d < QUANTIZED_MAX_REL_DIFF, "llama {wt:?}: logits differ by {d} of their range");
     }
     for arch in ["qwen2", "qwen3"] {
         let d = compare(arch, GgmlDType::Q4K);
-        assert!(d < 0.02, "{arch} Q4_K: logits differ by {d} of their range");
+        assert!(d < QUANTIZED_MAX_REL_DIFF, "{arch} Q4_K: logits differ by {d} of their range");
     }
 }
 
