@@ -3,22 +3,15 @@
 //! script over the same files). A missing folder fails the tests unless
 //! `THEMISTO_NO_SHARED_DATA=1` says this checkout has no shared data.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::PathBuf;
 use themisto::data::ipynb;
 use themisto::data::loader::{self, Format};
 use themisto::data::{canonical, stats, DataSpec, LoadOptions, OutputKind};
 
 fn notebooks() -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/notebooks");
-    if dir.is_dir() {
-        return Some(dir);
-    }
-    assert!(
-        std::env::var_os("THEMISTO_NO_SHARED_DATA").is_some(),
-        "{} not found; set THEMISTO_NO_SHARED_DATA=1 to skip the real-data tests",
-        dir.display()
-    );
-    None
+    common::shared_notebooks()
 }
 
 const CH5: &str = "pandas-cookbook/cookbook/Chapter 5 - Combining dataframes and scraping Canadian weather data.ipynb";

@@ -25,6 +25,29 @@ pub fn mean(values: &[f64]) -> f64 {
     }
 }
 
+/// The bootstrap distribution of the means of `columns` (all of one length
+/// `n > 0`): for each column, `resamples` means over the same index draws
+/// (see the module documentation), in draw order.
+pub fn resampled_means(columns: &[&[f64]], resamples: usize, seed: u64) -> Vec<Vec<f64>> {
+    let n = columns.first().map_or(0, |c| c.len());
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut draws: Vec<Vec<f64>> = vec![Vec::with_capacity(resamples); columns.len()];
+    let mut sums = vec![0.0f64; columns.len()];
+    for _ in 0..resamples {
+        sums.iter_mut().for_each(|s| *s = 0.0);
+        for _ in 0..n {
+            let i = rng.gen_range(0..n as u64) as usize;
+            for (s, col) in sums.iter_mut().zip(columns) {
+                *s += col[i];
+            }
+        }
+        for (d, s) in draws.iter_mut().zip(&sums) {
+            d.push(s / n as f64);
+        }
+    }
+    draws
+}
+
 /// Means of `columns` (all the same length `n`) with 95% percentile bootstrap
 /// intervals. `n == 0` gives all zeros; `resamples == 0` gives intervals equal
 /// to the mean.
@@ -45,21 +68,7 @@ pub fn mean_intervals(columns: &[&[f64]], resamples: usize, seed: u64) -> Vec<Me
             })
             .collect();
     }
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let mut draws: Vec<Vec<f64>> = vec![Vec::with_capacity(resamples); columns.len()];
-    let mut sums = vec![0.0f64; columns.len()];
-    for _ in 0..resamples {
-        sums.iter_mut().for_each(|s| *s = 0.0);
-        for _ in 0..n {
-            let i = rng.gen_range(0..n as u64) as usize;
-            for (s, col) in sums.iter_mut().zip(columns) {
-                *s += col[i];
-            }
-        }
-        for (d, s) in draws.iter_mut().zip(&sums) {
-            d.push(s / n as f64);
-        }
-    }
+    let mut draws = resampled_means(columns, resamples, seed);
     let low = resamples / 40;
     let high = resamples - low - 1;
     values

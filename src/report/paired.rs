@@ -25,11 +25,9 @@
 //! No pairs give a difference of 0, an interval [0, 0] and p = 1.
 
 use crate::data::samples::Task;
-use crate::metrics::bootstrap::RESAMPLES;
+use crate::metrics::bootstrap::{mean, resampled_means, RESAMPLES};
 use crate::metrics::Scores;
 use crate::run::record::SampleRecord;
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 
@@ -67,26 +65,12 @@ pub fn paired_bootstrap(diffs: &[&[f64]], resamples: usize, seed: u64) -> Vec<Pa
     let n = diffs.first().map_or(0, |c| c.len());
     let means: Vec<f64> = diffs
         .iter()
-        .map(|c| if c.is_empty() { 0.0 } else { c.iter().sum::<f64>() / c.len() as f64 })
+        .map(|c| mean(c))
         .collect();
     if n == 0 || resamples == 0 || diffs.iter().any(|c| c.len() != n) {
         return means.iter().map(|&m| PairedDiff { mean_diff: m, ci_low: m, ci_high: m, p_value: 1.0 }).collect();
     }
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let mut draws: Vec<Vec<f64>> = vec![Vec::with_capacity(resamples); diffs.len()];
-    let mut sums = vec![0.0f64; diffs.len()];
-    for _ in 0..resamples {
-        sums.iter_mut().for_each(|s| *s = 0.0);
-        for _ in 0..n {
-            let i = rng.gen_range(0..n as u64) as usize;
-            for (s, col) in sums.iter_mut().zip(diffs) {
-                *s += col[i];
-            }
-        }
-        for (d, s) in draws.iter_mut().zip(&sums) {
-            d.push(s / n as f64);
-        }
-    }
+    let mut draws = resampled_means(diffs, resamples, seed);
     let low = resamples / 40;
     let high = resamples - low - 1;
     means

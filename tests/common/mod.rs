@@ -197,3 +197,19 @@ pub fn tempdir() -> tempfile::TempDir {
 pub fn manifest_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
+
+/// `../shared/data/notebooks` (the 95 public notebooks beside the checkout),
+/// or `None` when `THEMISTO_NO_SHARED_DATA` says this checkout has none; a
+/// missing folder without that variable fails the test.
+pub fn shared_notebooks() -> Option<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/notebooks");
+    if dir.is_dir() {
+        return Some(dir);
+    }
+    assert!(
+        std::env::var_os("THEMISTO_NO_SHARED_DATA").is_some(),
+        "{} not found; set THEMISTO_NO_SHARED_DATA=1 to skip the real-data tests",
+        dir.display()
+    );
+    None
+}
