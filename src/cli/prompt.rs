@@ -7,7 +7,6 @@ use crate::model::fetch::{self, FetchOptions};
 use crate::model::{gguf, registry};
 use crate::prompt::template::PromptTemplate;
 use crate::prompt::{FitOutcome, PromptBuilder};
-use crate::run::config::RunConfig;
 use crate::run::{self, RunError};
 use clap::Args;
 use serde::Serialize;
@@ -47,22 +46,7 @@ pub struct PromptRecord {
 pub fn execute(args: PromptArgs) -> anyhow::Result<()> {
     let c = &args.common;
     c.validate()?;
-    let cfg = RunConfig {
-        model: c.model.clone(),
-        data: c.data.clone(),
-        selection: c.selection(),
-        tasks: c.task.tasks(),
-        runtime: c.runtime.variants(),
-        limit: c.limit,
-        seed: c.seed,
-        prompt: c.prompt_settings(),
-        prompt_templates: c.prompt_templates.clone(),
-        metrics: Default::default(),
-        device: Default::default(),
-        weights: Default::default(),
-        engine: Default::default(),
-        threads: None,
-    };
+    let cfg = c.run_config();
     let dataset = data::load(&cfg.data_spec())?;
     let (samples, warnings) = run::select_samples(&cfg, &dataset)?;
     for w in &warnings {

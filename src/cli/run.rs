@@ -155,6 +155,27 @@ impl CommonArgs {
     }
 
     /// Checks that need no model or data.
+    /// The run configuration these options describe, with the defaults of
+    /// the options `run` adds (metrics, device, weights, engine, threads).
+    pub fn run_config(&self) -> RunConfig {
+        RunConfig {
+            model: self.model.clone(),
+            data: self.data.clone(),
+            selection: self.selection(),
+            tasks: self.task.tasks(),
+            runtime: self.runtime.variants(),
+            limit: self.limit,
+            seed: self.seed,
+            prompt: self.prompt_settings(),
+            prompt_templates: self.prompt_templates.clone(),
+            metrics: Default::default(),
+            device: Default::default(),
+            weights: Default::default(),
+            engine: Default::default(),
+            threads: None,
+        }
+    }
+
     pub fn validate(&self) -> Result<(), RunError> {
         if self.max_new_tokens == 0 {
             return Err(RunError::Config("--max-new-tokens must be at least 1".into()));
@@ -184,15 +205,6 @@ impl RunArgs {
             return Err(RunError::Config("--threads must be at least 1".into()));
         }
         Ok(RunConfig {
-            model: c.model.clone(),
-            data: c.data.clone(),
-            selection: c.selection(),
-            tasks: c.task.tasks(),
-            runtime: c.runtime.variants(),
-            limit: c.limit,
-            seed: c.seed,
-            prompt: c.prompt_settings(),
-            prompt_templates: c.prompt_templates.clone(),
             metrics: MetricOptions {
                 chrf_word_order: if self.chrf_plus { 2 } else { 0 },
                 rouge_lsum: self.rouge_lsum,
@@ -201,6 +213,7 @@ impl RunArgs {
             weights: self.weights,
             engine: self.engine,
             threads: self.threads,
+            ..c.run_config()
         })
     }
 }

@@ -12,10 +12,12 @@
 use std::arch::x86_64::{
     __m128i, __m256, _mm256_add_ps, _mm256_castps256_ps128, _mm256_cvtph_ps, _mm256_cvtps_ph, _mm256_extractf128_ps,
     _mm256_fmadd_ps, _mm256_hadd_ps, _mm256_loadu_ps, _mm256_set1_ps, _mm256_setzero_ps, _mm256_storeu_ps,
-    _mm256_sub_ps, _mm_add_ps, _mm_add_ss, _mm_cvtss_f32, _mm_loadu_si128, _mm_movehdup_ps, _mm_movehl_ps,
+    _mm256_sub_ps, _mm_add_ps, _mm_loadu_si128,
     _mm_storeu_ps, _mm_storeu_si128, _MM_FROUND_TO_NEAREST_INT,
 };
 
+#[cfg(target_arch = "x86_64")]
+use super::dot_avx2::hsum;
 use super::ops::{exp_scalar, simd_available};
 use super::quant::{f16_to_f32, f32_to_f16};
 
@@ -151,13 +153,6 @@ unsafe fn attend_avx2(q: &[f32], k: &[u16], v: &[u16], stride: usize, n: usize, 
     }
 }
 
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-unsafe fn hsum(v: __m256) -> f32 {
-    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
-}
 
 /// The horizontal sums of four vectors.
 #[cfg(target_arch = "x86_64")]
