@@ -9,7 +9,7 @@
 
 mod common;
 
-use candle_core::quantized::gguf_file::{self, Value};
+use candle_core::quantized::gguf_file::Value;
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
 use themisto::model::fetch::ResolvedModel;
@@ -83,11 +83,7 @@ fn write_model(path: &std::path::Path, arch: &str, wt: GgmlDType) {
             vec(format!("{p}.attn_k_norm.weight"), HEAD_DIM, 1.0, 0.2);
         }
     }
-    let types: Vec<Value> =
-        (0..vocab).map(|i| Value::I32(if i >= vocab - common::SPECIALS.len() { 3 } else { 1 })).collect();
-    let merges: Vec<Value> = common::MERGES.iter().map(|(x, y)| Value::String(format!("{x} {y}"))).collect();
-    let special = |s: &str| Value::U32(tokens.iter().position(|t| t == s).unwrap() as u32);
-    let md: Vec<(String, Value)> = vec![
+    let mut md: Vec<(String, Value)> = vec![
         ("general.architecture".into(), Value::String(arch.into())),
         ("general.name".into(), Value::String(format!("tiny-{arch}"))),
         // candle's qwen3 computes in f16 unless told f32.
@@ -102,19 +98,9 @@ fn write_model(path: &std::path::Path, arch: &str, wt: GgmlDType) {
         (format!("{arch}.rope.dimension_count"), Value::U32(HEAD_DIM as u32)),
         (format!("{arch}.rope.freq_base"), Value::F32(10000.0)),
         (format!("{arch}.attention.layer_norm_rms_epsilon"), Value::F32(1e-5)),
-        ("tokenizer.ggml.model".into(), Value::String("gpt2".into())),
-        ("tokenizer.ggml.pre".into(), Value::String("smollm".into())),
-        ("tokenizer.ggml.tokens".into(), Value::Array(tokens.iter().map(|t| Value::String(t.clone())).collect())),
-        ("tokenizer.ggml.token_type".into(), Value::Array(types)),
-        ("tokenizer.ggml.merges".into(), Value::Array(merges)),
-        ("tokenizer.ggml.bos_token_id".into(), special("<|im_start|>")),
-        ("tokenizer.ggml.eos_token_id".into(), special("<|im_end|>")),
-        ("tokenizer.ggml.add_bos_token".into(), Value::Bool(false)),
     ];
-    let md_refs: Vec<(&str, &Value)> = md.iter().map(|(k, v)| (k.as_str(), v)).collect();
-    let t_refs: Vec<(&str, &QTensor)> = t.iter().map(|(k, v)| (k.as_str(), v)).collect();
-    let mut f = std::fs::File::create(path).unwrap();
-    gguf_file::write(&mut f, &md_refs, &t_refs).unwrap();
+    md.extend(common::tokenizer_metadata(&tokens));
+    common::write_gguf(path, &md, &t);
 }
 
 fn resolved(path: &std::path::Path) -> ResolvedModel {

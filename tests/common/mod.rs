@@ -104,12 +104,7 @@ pub fn write_tiny_gguf(path: &Path, spec: &TinySpec) {
     }
     tensors.extend(norms);
     let a = spec.architecture;
-    let types: Vec<Value> = (0..vocab)
-        .map(|i| Value::I32(if i >= vocab - SPECIALS.len() { 3 } else { 1 }))
-        .collect();
-    let merges: Vec<Value> = MERGES.iter().map(|(x, y)| Value::String(format!("{x} {y}"))).collect();
-    let special = |s: &str| Value::U32(tokens.iter().position(|t| t == s).unwrap() as u32);
-    let md: Vec<(String, Value)> = vec![
+    let mut md: Vec<(String, Value)> = vec![
         ("general.architecture".into(), Value::String(a.into())),
         ("general.name".into(), Value::String("tiny-test".into())),
         (format!("{a}.context_length"), Value::U32(spec.context)),
@@ -121,6 +116,22 @@ pub fn write_tiny_gguf(path: &Path, spec: &TinySpec) {
         (format!("{a}.rope.dimension_count"), Value::U32(head_dim as u32)),
         (format!("{a}.rope.freq_base"), Value::F32(10000.0)),
         (format!("{a}.attention.layer_norm_rms_epsilon"), Value::F32(1e-5)),
+    ];
+    md.extend(tokenizer_metadata(&tokens));
+    md.push(("tokenizer.chat_template".into(), Value::String(themisto::prompt::chat::CHATML_TEMPLATE.into())));
+    write_gguf(path, &md, &tensors);
+}
+
+/// The `tokenizer.ggml.*` metadata of the tiny byte-level BPE tokenizer
+/// (`tokens` from [`tiny_tokens`]): vocabulary, token types, merges, BOS/EOS.
+pub fn tokenizer_metadata(tokens: &[String]) -> Vec<(String, Value)> {
+    let vocab = tokens.len();
+    let types: Vec<Value> = (0..vocab)
+        .map(|i| Value::I32(if i >= vocab - SPECIALS.len() { 3 } else { 1 }))
+        .collect();
+    let merges: Vec<Value> = MERGES.iter().map(|(x, y)| Value::String(format!("{x} {y}"))).collect();
+    let special = |s: &str| Value::U32(tokens.iter().position(|t| t == s).unwrap() as u32);
+    vec![
         ("tokenizer.ggml.model".into(), Value::String("gpt2".into())),
         ("tokenizer.ggml.pre".into(), Value::String("smollm".into())),
         ("tokenizer.ggml.tokens".into(), Value::Array(tokens.iter().map(|t| Value::String(t.clone())).collect())),
@@ -129,8 +140,11 @@ pub fn write_tiny_gguf(path: &Path, spec: &TinySpec) {
         ("tokenizer.ggml.bos_token_id".into(), special("<|im_start|>")),
         ("tokenizer.ggml.eos_token_id".into(), special("<|im_end|>")),
         ("tokenizer.ggml.add_bos_token".into(), Value::Bool(false)),
-        ("tokenizer.chat_template".into(), Value::String(themisto::prompt::chat::CHATML_TEMPLATE.into())),
-    ];
+    ]
+}
+
+/// Write a GGUF file with this metadata and these tensors.
+pub fn write_gguf(path: &Path, md: &[(String, Value)], tensors: &[(String, QTensor)]) {
     let md_refs: Vec<(&str, &Value)> = md.iter().map(|(k, v)| (k.as_str(), v)).collect();
     let t_refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
     let mut f = std::fs::File::create(path).unwrap();
