@@ -5,8 +5,8 @@
 
 use crate::data::embedded;
 use crate::decode::argmax;
-use crate::model::tokenizer::Tokenizer;
 use crate::model::{LanguageModel, ModelError};
+use crate::tokenizer::Tokenizer;
 use serde::Serialize;
 use std::time::Instant;
 
@@ -64,7 +64,11 @@ pub fn prompt_ids(tokenizer: &Tokenizer, n: usize) -> Result<Vec<u32>, ModelErro
 }
 
 /// Measure a model.
-pub fn bench(model: &mut dyn LanguageModel, tokenizer: &Tokenizer, cfg: &BenchConfig) -> Result<BenchResult, ModelError> {
+pub fn bench(
+    model: &mut dyn LanguageModel,
+    tokenizer: &Tokenizer,
+    cfg: &BenchConfig,
+) -> Result<BenchResult, ModelError> {
     if cfg.prompt_tokens + cfg.gen_tokens > model.context_length() {
         return Err(ModelError::Other(format!(
             "{} prompt + {} generated tokens exceed the model window of {}",

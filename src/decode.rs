@@ -6,8 +6,8 @@
 //! earliest stop string begins. A shared prefix between the model's cache and
 //! the new prompt is kept (the model decides how cheap that is).
 
-use crate::model::tokenizer::Tokenizer;
 use crate::model::{LanguageModel, ModelError};
+use crate::tokenizer::Tokenizer;
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
 
@@ -75,11 +75,7 @@ pub fn argmax(logits: &[f32]) -> u32 {
 
 /// Position of the earliest stop string in `text`, if any.
 pub fn find_stop(text: &str, stops: &[String]) -> Option<usize> {
-    stops
-        .iter()
-        .filter(|s| !s.is_empty())
-        .filter_map(|s| text.find(s.as_str()))
-        .min()
+    stops.iter().filter(|s| !s.is_empty()).filter_map(|s| text.find(s.as_str())).min()
 }
 
 /// Generate greedily from `prompt`.
@@ -100,13 +96,7 @@ pub fn generate(
         )));
     }
     // Reuse the longest shared prefix, but always feed at least one token.
-    let shared = model
-        .cached_tokens()
-        .iter()
-        .zip(prompt)
-        .take_while(|(a, b)| a == b)
-        .count()
-        .min(prompt.len() - 1);
+    let shared = model.cached_tokens().iter().zip(prompt).take_while(|(a, b)| a == b).count().min(prompt.len() - 1);
     let reused = model.kept_on_truncate(shared);
     model.truncate(shared)?;
     let t0 = Instant::now();

@@ -2,9 +2,10 @@
 
 use crate::bench::{self, median, BenchConfig};
 use crate::model::device::DeviceSpec;
-use crate::model::fetch::{self, FetchOptions};
-use crate::model::gguf::{self, Engine, LoadOptions, WeightsPolicy};
-use crate::model::registry::{self, DEFAULT_MODEL};
+use crate::model::engine::{Engine, WeightsPolicy};
+use crate::model::fetch::FetchOptions;
+use crate::model::registry::DEFAULT_MODEL;
+use crate::model::{LoadOptions, OpenOptions};
 use clap::Args;
 
 #[derive(Debug, Args)]
@@ -40,15 +41,17 @@ pub struct BenchArgs {
 
 pub fn execute(args: BenchArgs) -> anyhow::Result<()> {
     super::run::set_threads(args.threads);
-    let card = registry::resolve_spec(&args.model)?;
-    let resolved = fetch::fetch(&card, &FetchOptions::from_env())?;
-    let device = args.device.open()?;
+    let opts = OpenOptions {
+        device: args.device,
+        load: LoadOptions { weights: args.weights, engine: args.engine },
+        fetch: FetchOptions::from_env(),
+    };
     let t = std::time::Instant::now();
-    let opts = LoadOptions { weights: args.weights, engine: args.engine };
-    let mut loaded = gguf::load_with_options(&resolved, &device, &opts)?;
+    let mut loaded = crate::model::open(&args.model, &opts)?;
     let load_s = t.elapsed().as_secs_f64();
-    let cfg = BenchConfig { prompt_tokens: args.prompt_tokens, gen_tokens: args.gen_tokens, repeats: args.repeats.max(1) };
-    let r = bench::bench(&mut loaded.model, &loaded.tokenizer, &cfg)?;
+    let cfg =
+        BenchConfig { prompt_tokens: args.prompt_tokens, gen_tokens: args.gen_tokens, repeats: args.repeats.max(1) };
+    let r = bench::bench(loaded.model.as_mut(), &loaded.tokenizer, &cfg)?;
     let threads = candle_core::utils::get_num_threads();
     if args.json {
         let v = serde_json::json!({

@@ -6,7 +6,8 @@
 
 use crate::data::loader::{LoadReport, Loaded};
 use crate::data::protocol::{self, PER_TASK};
-use crate::data::{canonical, hub, stats, DataSpec, LoadOptions};
+use crate::data::table::ColumnMap;
+use crate::data::{canonical, hub, known, stats, DataSpec, LoadOptions};
 use anyhow::Context;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -14,13 +15,20 @@ use std::path::{Path, PathBuf};
 /// The `data` subcommands.
 #[derive(Debug, clap::Subcommand)]
 pub enum DataCommand {
-    /// Convert notebooks, JuNE logs, Themisto release rows or folders of them
-    /// into canonical trajectory JSONL.
+    /// Convert notebooks, JuNE logs, Themisto release rows, mapped tables,
+    /// archives or folders of them into canonical trajectory JSONL.
     Convert {
-        /// Input files or folders (.ipynb, .csv, .parquet, .json, .jsonl, or a
-        /// folder searched recursively; `hf://owner/name[@rev]` for a cached hub dataset).
+        /// Input files or folders (.ipynb, .csv, .parquet, .json, .jsonl, .zip,
+        /// .tar.gz, or a folder searched recursively; `hf://owner/name[@rev]`
+        /// for a cached hub dataset).
         #[arg(required = true, value_name = "INPUT")]
         inputs: Vec<PathBuf>,
+        /// Read every table file with this column mapping instead of detecting
+        /// its layout, e.g. `trajectory=kernel_id,order=action_id,code=cell_source,output=out`
+        /// (keys: trajectory, order, code, output, output_kind, stderr, has_image,
+        /// exec_time_s, exec_time_ms, memory_bytes, memory_mb, variables, state_hash).
+        #[arg(long, value_name = "KEY=COLUMN,...")]
+        columns: Option<ColumnMap>,
         /// Where to write the canonical JSONL.
         #[arg(long, value_name = "FILE.jsonl")]
         out: PathBuf,
@@ -29,11 +37,15 @@ pub enum DataCommand {
         #[arg(long)]
         skip_invalid: bool,
     },
-    /// Print statistics of a dataset in any supported format.
+    /// Print statistics of a dataset in any supported format, and which
+    /// tasks it supports.
     Stats {
-        /// The dataset (`sample`, a file, a folder, or `hf://owner/name[@rev]`).
+        /// The dataset (`sample`, a file, a folder, an archive, or `hf://owner/name[@rev]`).
         #[arg(value_name = "FILE")]
         file: DataSpec,
+        /// Read table files with this column mapping (as in `data convert`).
+        #[arg(long, value_name = "KEY=COLUMN,...")]
+        columns: Option<ColumnMap>,
     },
     /// Draw the benchmark's samples and write them as a sample list.
     Sample {
@@ -53,8 +65,11 @@ pub enum DataCommand {
         #[arg(long, value_name = "FILE.jsonl")]
         out: PathBuf,
     },
+    /// List the published datasets themisto knows, and whether each is in the hub cache.
+    List,
     /// Download a dataset repo from the Hugging Face hub into the hub cache
-    /// (HF_HUB_CACHE, HF_HOME; HF_HUB_OFFLINE=1 only checks the cache).
+    /// (HF_HUB_CACHE, HF_HOME; HF_HUB_OFFLINE=1 only checks the cache, and a
+    /// revision already cached is used when the hub cannot be reached).
     Fetch {
         /// Dataset repo id, `owner/name`.
         #[arg(value_name = "REPO_ID")]
@@ -75,24 +90,16 @@ pub enum Protocol {
 /// Run a `data` subcommand.
 pub fn execute(cmd: DataCommand) -> anyhow::Result<()> {
     match cmd {
-        DataCommand::Convert {
-            inputs,
-            out,
-            skip_invalid,
-        } => convert(&inputs, &out, skip_invalid),
-        DataCommand::Stats { file } => {
-            let loaded = crate::data::load_with(&file, &LoadOptions::default())?;
+        DataCommand::Convert { inputs, out, skip_invalid, columns } => {
+            convert(&inputs, &out, &LoadOptions { skip_invalid, hub_cache: None, columns })
+        }
+        DataCommand::Stats { file, columns } => {
+            let loaded = crate::data::load_with(&file, &LoadOptions { columns, ..LoadOptions::default() })?;
             print!("{}", file_summary(&loaded.report));
             println!("{}", stats::compute(&loaded.dataset, Some(&loaded.report)));
             Ok(())
         }
-        DataCommand::Sample {
-            protocol: Protocol::Themisto,
-            seed,
-            per_task,
-            input,
-            out,
-        } => {
+        DataCommand::Sample { protocol: Protocol::Themisto, seed, per_task, input, out } => {
             let loaded = crate::data::load_with(&input, &LoadOptions::default())?;
             let outcome = protocol::themisto_protocol(&loaded.dataset, seed, per_task);
             write_file(&out, |w| protocol::write_sample_list(&outcome.refs, w))?;
@@ -119,43 +126,68 @@ pub fn execute(cmd: DataCommand) -> anyhow::Result<()> {
             println!("wrote {} samples to {}", outcome.refs.len(), out.display());
             Ok(())
         }
+        DataCommand::List => {
+            let cache = hub::cache_dir_from_env().ok();
+            print!("{}", list_known(cache.as_deref()));
+            Ok(())
+        }
         DataCommand::Fetch { repo_id, revision } => {
             let cache = hub::cache_dir_from_env()?;
             let offline = hub::offline_from_env();
-            let snap = hub::fetch(&cache, &repo_id, &revision, offline, true)?;
+            let snap = match hub::fetch(&cache, &repo_id, &revision, offline, true) {
+                Ok(s) => s,
+                Err(e) if !offline => match hub::resolve_cached(&cache, &repo_id, &revision) {
+                    Ok(s) => {
+                        eprintln!("warning: {e}; using the revision already in the hub cache");
+                        s
+                    }
+                    Err(_) => return Err(e.into()),
+                },
+                Err(e) => return Err(e.into()),
+            };
             println!("{} @ {} (commit {})", snap.repo, snap.revision, snap.commit);
             println!("{}", snap.dir.display());
             for f in &snap.files {
                 println!("  {}", f.display());
             }
-            println!(
-                "convert with: themisto data convert hf://{}@{} --out FILE.jsonl",
-                snap.repo, snap.revision
-            );
+            println!("convert with: themisto data convert hf://{}@{} --out FILE.jsonl", snap.repo, snap.revision);
             Ok(())
         }
     }
 }
 
-fn convert(inputs: &[PathBuf], out: &Path, skip_invalid: bool) -> anyhow::Result<()> {
-    let opts = LoadOptions {
-        skip_invalid,
-        hub_cache: None,
-    };
+/// The `data list` table: known datasets and their cache state.
+pub fn list_known(cache: Option<&Path>) -> String {
+    let mut s = String::new();
+    for k in &known::KNOWN {
+        let state = match cache.and_then(|c| known::cached_commit(c, k.repo)) {
+            Some(commit) => format!("cached (main = {})", &commit[..commit.len().min(12)]),
+            None => "not cached".to_string(),
+        };
+        s.push_str(&format!("{}  [{state}]\n", k.repo));
+        s.push_str(&format!("  {}\n", k.description));
+        s.push_str(&format!("  read as: {}\n", k.reader));
+        s.push_str(&format!("  tasks:   {}\n", k.tasks));
+        s.push_str(&format!("  also at: {}\n", k.also_at));
+        s.push_str(&format!("  use:     themisto data fetch {0}; --data hf://{0}\n", k.repo));
+    }
+    s
+}
+
+fn convert(inputs: &[PathBuf], out: &Path, opts: &LoadOptions) -> anyhow::Result<()> {
+    let skip_invalid = opts.skip_invalid;
     let loaded: Loaded = if let [one] = inputs {
-        crate::data::load_with(&DataSpec::File(one.clone()), &opts)?
+        crate::data::load_with(&DataSpec::File(one.clone()), opts)?
     } else {
         // Several inputs: `hf://` ones become their cached snapshot folders.
         let mut paths = Vec::with_capacity(inputs.len());
         for p in inputs {
             match hub::parse_spec(&p.to_string_lossy()) {
-                Some((repo, rev)) => {
-                    paths.push(hub::resolve_cached(&hub::cache_dir_from_env()?, &repo, &rev)?.dir)
-                }
+                Some((repo, rev)) => paths.push(hub::resolve_cached(&hub::cache_dir_from_env()?, &repo, &rev)?.dir),
                 None => paths.push(p.clone()),
             }
         }
-        crate::data::load_paths(&paths, &opts)?
+        crate::data::load_paths(&paths, opts)?
     };
     write_file(out, |w| canonical::write(&loaded.dataset, w))?;
     print!("{}", file_summary(&loaded.report));
@@ -175,24 +207,11 @@ fn convert(inputs: &[PathBuf], out: &Path, skip_invalid: bool) -> anyhow::Result
         );
     }
     if r.empty_trajectories > 0 {
-        println!(
-            "trajectories left out for having no executed steps: {}",
-            r.empty_trajectories
-        );
+        println!("trajectories left out for having no executed steps: {}", r.empty_trajectories);
     }
     if skip_invalid {
-        println!(
-            "skipped as invalid: {} records, {} files",
-            r.skipped_records(),
-            r.skipped_files.len()
-        );
-        for e in r
-            .files
-            .iter()
-            .flat_map(|f| f.skipped.iter())
-            .chain(&r.skipped_files)
-            .take(10)
-        {
+        println!("skipped as invalid: {} records, {} files", r.skipped_records(), r.skipped_files.len());
+        for e in r.files.iter().flat_map(|f| f.skipped.iter()).chain(&r.skipped_files).take(10) {
             println!("  {e}");
         }
     }
@@ -214,18 +233,21 @@ fn file_summary(report: &LoadReport) -> String {
             ));
             if let Some(n) = &f.notebook {
                 s.push_str(&format!(", skipped cells: {}", n.skipped_cells));
-                let why: Vec<&str> = [
-                    (n.out_of_order, "out of order"),
-                    (n.has_gaps, "gaps"),
-                    (n.repeated_counts, "repeated counts"),
-                ]
-                .iter()
-                .filter(|(on, _)| *on)
-                .map(|(_, w)| *w)
-                .collect();
+                let why: Vec<&str> =
+                    [(n.out_of_order, "out of order"), (n.has_gaps, "gaps"), (n.repeated_counts, "repeated counts")]
+                        .iter()
+                        .filter(|(on, _)| *on)
+                        .map(|(_, w)| *w)
+                        .collect();
                 if !why.is_empty() {
                     s.push_str(&format!(", non-linear ({})", why.join(", ")));
                 }
+            }
+            if let Some(j) = &f.june {
+                s.push_str(&format!(
+                    ", events: {}, kernels: {}, restarts: {}, interrupts: {}, re-executions: {}, error events: {}, unfinished: {}, outputs without text: {}",
+                    j.rows, j.kernels, j.restarts, j.interrupts, j.reexecutions, j.error_events, j.unfinished, j.outputs_without_text
+                ));
             }
             if !f.skipped.is_empty() {
                 s.push_str(&format!(", invalid records skipped: {}", f.skipped.len()));
@@ -236,10 +258,7 @@ fn file_summary(report: &LoadReport) -> String {
         s.push_str(&format!("{} files read\n", report.files.len()));
     }
     for p in &report.ignored {
-        s.push_str(&format!(
-            "ignored (no trajectory source): {}\n",
-            p.display()
-        ));
+        s.push_str(&format!("ignored (no trajectory source): {}\n", p.display()));
     }
     s
 }
@@ -248,12 +267,9 @@ fn write_file(
     path: &Path,
     body: impl FnOnce(&mut BufWriter<std::fs::File>) -> std::io::Result<()>,
 ) -> anyhow::Result<()> {
-    let file =
-        std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+    let file = std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
     let mut w = BufWriter::new(file);
-    body(&mut w)
-        .and_then(|()| w.flush())
-        .with_context(|| format!("cannot write {}", path.display()))
+    body(&mut w).and_then(|()| w.flush()).with_context(|| format!("cannot write {}", path.display()))
 }
 
 #[cfg(test)]
@@ -274,12 +290,7 @@ mod tests {
         for sub in cmd.get_subcommands() {
             assert!(sub.get_about().is_some(), "{} has no help", sub.get_name());
             for arg in sub.get_arguments().filter(|a| a.get_id() != "help") {
-                assert!(
-                    arg.get_help().is_some(),
-                    "{} {} has no help",
-                    sub.get_name(),
-                    arg.get_id()
-                );
+                assert!(arg.get_help().is_some(), "{} {} has no help", sub.get_name(), arg.get_id());
             }
         }
     }
@@ -288,26 +299,14 @@ mod tests {
     fn parses_sample_defaults() {
         let cli = Cli::try_parse_from(["data", "sample", "x.jsonl", "--out", "s.jsonl"]).unwrap();
         match cli.cmd {
-            DataCommand::Sample {
-                protocol,
-                seed,
-                per_task,
-                input,
-                ..
-            } => {
+            DataCommand::Sample { protocol, seed, per_task, input, .. } => {
                 assert_eq!((protocol, seed, per_task), (Protocol::Themisto, 0, 200));
                 assert_eq!(input, DataSpec::File("x.jsonl".into()));
             }
             other => panic!("parsed as {other:?}"),
         }
-        assert!(
-            Cli::try_parse_from(["data", "sample", "--protocol", "other", "x", "--out", "y"])
-                .is_err()
-        );
-        assert!(
-            Cli::try_parse_from(["data", "convert", "--out", "y"]).is_err(),
-            "INPUT is required"
-        );
+        assert!(Cli::try_parse_from(["data", "sample", "--protocol", "other", "x", "--out", "y"]).is_err());
+        assert!(Cli::try_parse_from(["data", "convert", "--out", "y"]).is_err(), "INPUT is required");
     }
 
     #[test]
@@ -316,12 +315,10 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let out = tmp.path().join("all.jsonl");
         execute(DataCommand::Convert {
-            inputs: vec![
-                fixtures.join("june/small.csv"),
-                fixtures.join("themisto/rows.jsonl"),
-            ],
+            inputs: vec![fixtures.join("june/small.csv"), fixtures.join("themisto/rows.jsonl")],
             out: out.clone(),
             skip_invalid: false,
+            columns: None,
         })
         .unwrap();
         let d = crate::data::load(&DataSpec::File(out.clone())).unwrap();
@@ -342,6 +339,7 @@ mod tests {
             inputs: vec![fixtures.join("themisto/bad.jsonl")],
             out: tmp.path().join("bad.jsonl"),
             skip_invalid: false,
+            columns: None,
         })
         .unwrap_err();
         assert!(err.to_string().contains("line 3: field `code`"), "{err}");

@@ -7,10 +7,10 @@ pub mod data;
 pub mod models;
 pub mod prompt;
 pub mod record;
-pub mod score;
-pub mod run;
-pub mod sweep;
 pub mod report;
+pub mod run;
+pub mod score;
+pub mod sweep;
 
 use clap::{Parser, Subcommand};
 
@@ -65,6 +65,16 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
+/// Write a run folder's `report.md` (the results table for people).
+pub fn write_report_md(
+    out: &std::path::Path,
+    results: &crate::records::ResultsFile,
+) -> Result<(), crate::run::RunError> {
+    let path = out.join("report.md");
+    crate::records::write_atomic(&path, crate::report::table::report_markdown(results).as_bytes())
+        .map_err(|source| crate::run::RunError::Io { path, source })
+}
+
 /// Exit code for an error: 2 for bad input or configuration, 3 for a model
 /// that cannot be fetched or loaded, 1 for anything else.
 pub fn exit_code(err: &anyhow::Error) -> i32 {
@@ -75,6 +85,7 @@ pub fn exit_code(err: &anyhow::Error) -> i32 {
             return match e {
                 RunError::Config(_) | RunError::Data(_) | RunError::Prompt(_) => 2,
                 RunError::Model(m) => model_code(m),
+                RunError::Records(r) => records_code(r),
                 RunError::Io { .. } => 1,
             };
         }
@@ -82,6 +93,12 @@ pub fn exit_code(err: &anyhow::Error) -> i32 {
             return model_code(m);
         }
         if cause.downcast_ref::<crate::data::DataError>().is_some() {
+            return 2;
+        }
+        if let Some(r) = cause.downcast_ref::<crate::records::RecordsError>() {
+            return records_code(r);
+        }
+        if cause.downcast_ref::<crate::config::ConfigError>().is_some() {
             return 2;
         }
         if let Some(e) = cause.downcast_ref::<crate::report::ReportError>() {
@@ -96,5 +113,13 @@ fn model_code(m: &crate::model::ModelError) -> i32 {
     match m {
         ModelError::UnknownModel { .. } | ModelError::Card { .. } => 2,
         _ => 3,
+    }
+}
+
+fn records_code(r: &crate::records::RecordsError) -> i32 {
+    use crate::records::RecordsError;
+    match r {
+        RecordsError::Format { .. } | RecordsError::Invalid(_) => 2,
+        RecordsError::Io { .. } => 1,
     }
 }

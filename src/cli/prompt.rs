@@ -3,8 +3,7 @@
 
 use super::run::CommonArgs;
 use crate::data;
-use crate::model::fetch::{self, FetchOptions};
-use crate::model::{gguf, registry};
+use crate::model::fetch::FetchOptions;
 use crate::prompt::template::PromptTemplate;
 use crate::prompt::{FitOutcome, PromptBuilder};
 use crate::run::{self, RunError};
@@ -38,30 +37,28 @@ pub struct PromptRecord {
     pub truncated_chars: usize,
     pub runtime_rows_kept: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub skipped: Option<String>,
+    pub skipped: Option<crate::prompt::SkipReason>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub skip_detail: Option<String>,
 }
 
 pub fn execute(args: PromptArgs) -> anyhow::Result<()> {
-    let c = &args.common;
-    c.validate()?;
-    let cfg = c.run_config();
+    let cfg = args.common.run_config();
+    cfg.validate().map_err(RunError::from)?;
     let dataset = data::load(&cfg.data_spec())?;
     let (samples, warnings) = run::select_samples(&cfg, &dataset)?;
     for w in &warnings {
         eprintln!("warning: {w}");
     }
-    let card = registry::resolve_spec(&cfg.model)?;
-    let resolved = fetch::fetch(&card, &FetchOptions::from_env())?;
-    let tokenizer = gguf::load_tokenizer(&resolved)?;
+    let (card, tokenizer) = crate::model::open_tokenizer(&cfg.model, &FetchOptions::from_env())?;
     let custom: Vec<PromptTemplate> = cfg
         .prompt_templates
         .iter()
         .map(|p| PromptTemplate::load(p))
         .collect::<Result<_, _>>()
         .map_err(RunError::from)?;
-    let builder = PromptBuilder::new(&tokenizer, card.prompt_format, cfg.prompt.clone(), custom).map_err(RunError::from)?;
+    let builder =
+        PromptBuilder::new(&tokenizer, card.prompt_format, cfg.prompt.clone(), custom).map_err(RunError::from)?;
     let mut dump = match &args.dump {
         Some(p) => Some(std::io::BufWriter::new(
             std::fs::File::create(p).map_err(|e| RunError::Io { path: p.clone(), source: e })?,
@@ -101,7 +98,7 @@ pub fn execute(args: PromptArgs) -> anyhow::Result<()> {
                 steps_kept: 0,
                 truncated_chars: 0,
                 runtime_rows_kept: 0,
-                skipped: Some(reason.as_str().to_string()),
+                skipped: Some(reason),
                 skip_detail: Some(detail),
             },
         };
@@ -124,7 +121,7 @@ pub fn execute(args: PromptArgs) -> anyhow::Result<()> {
                     rec.dropped_steps,
                     rec.truncated_chars,
                     rec.runtime_rows_kept,
-                    rec.skipped.as_ref().map(|r| format!(", SKIPPED: {r}")).unwrap_or_default()
+                    rec.skipped.map(|r| format!(", SKIPPED: {}", r.as_str())).unwrap_or_default()
                 )?;
                 writeln!(out, "{}", rec.prompt)?;
             }

@@ -1,14 +1,14 @@
 //! `themisto run`: arguments, validation into a [`RunConfig`], execution and
 //! the summary table on stdout.
 
+use crate::config::{RunConfig, Selection};
 use crate::data::samples::Task;
 use crate::metrics::MetricOptions;
 use crate::model::device::DeviceSpec;
+use crate::model::engine::{Engine, WeightsPolicy};
 use crate::model::fetch::FetchOptions;
-use crate::model::gguf::{Engine, WeightsPolicy};
 use crate::model::registry::DEFAULT_MODEL;
 use crate::prompt::PromptSettings;
-use crate::run::config::{RunConfig, Selection};
 use crate::run::{self, RunError, RunOptions};
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
@@ -124,7 +124,7 @@ pub struct RunArgs {
     /// Also compute rougeLsum (newline-split summary-level ROUGE-L).
     #[arg(long)]
     pub rouge_lsum: bool,
-    /// Output folder (default: runs/<time>-<model>).
+    /// Output folder (default: runs/TIME-MODEL).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
     /// Continue a run in --out: samples already recorded are not run again.
@@ -154,7 +154,6 @@ impl CommonArgs {
         }
     }
 
-    /// Checks that need no model or data.
     /// The run configuration these options describe, with the defaults of
     /// the options `run` adds (metrics, device, weights, engine, threads).
     pub fn run_config(&self) -> RunConfig {
@@ -175,46 +174,22 @@ impl CommonArgs {
             threads: None,
         }
     }
-
-    pub fn validate(&self) -> Result<(), RunError> {
-        if self.max_new_tokens == 0 {
-            return Err(RunError::Config("--max-new-tokens must be at least 1".into()));
-        }
-        if self.max_new_tokens >= self.context_tokens {
-            return Err(RunError::Config(format!(
-                "--max-new-tokens {} leaves no room for a prompt in --context-tokens {}",
-                self.max_new_tokens, self.context_tokens
-            )));
-        }
-        if !(0.0..=1.0).contains(&self.runtime_share) {
-            return Err(RunError::Config(format!("--runtime-share must be between 0 and 1, got {}", self.runtime_share)));
-        }
-        if self.limit == Some(0) {
-            return Err(RunError::Config("--limit must be at least 1".into()));
-        }
-        Ok(())
-    }
 }
 
 impl RunArgs {
     /// Validate into a configuration.
     pub fn config(&self) -> Result<RunConfig, RunError> {
         let c = &self.common;
-        c.validate()?;
-        if self.threads == Some(0) {
-            return Err(RunError::Config("--threads must be at least 1".into()));
-        }
-        Ok(RunConfig {
-            metrics: MetricOptions {
-                chrf_word_order: if self.chrf_plus { 2 } else { 0 },
-                rouge_lsum: self.rouge_lsum,
-            },
+        let cfg = RunConfig {
+            metrics: MetricOptions { chrf_word_order: if self.chrf_plus { 2 } else { 0 }, rouge_lsum: self.rouge_lsum },
             device: self.device,
             weights: self.weights,
             engine: self.engine,
             threads: self.threads,
             ..c.run_config()
-        })
+        };
+        cfg.validate()?;
+        Ok(cfg)
     }
 }
 
@@ -249,6 +224,7 @@ pub fn execute(args: RunArgs) -> anyhow::Result<()> {
     fetch.progress = !args.quiet;
     let opts = RunOptions { out: out.clone(), resume: args.resume, progress: !args.quiet, fetch };
     let results = run::run(&cfg, &opts)?;
+    super::write_report_md(&out, &results)?;
     print!("{}", crate::report::table::groups_table(&results.groups));
     if let Some(t) = &results.throughput {
         println!(
@@ -257,5 +233,10 @@ pub fn execute(args: RunArgs) -> anyhow::Result<()> {
         );
     }
     println!("results: {}", out.display());
+    println!(
+        "report: themisto report {} --out {} (tables, plots and every sample in report.html)",
+        out.display(),
+        out.join("report").display()
+    );
     Ok(())
 }

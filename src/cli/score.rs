@@ -1,7 +1,8 @@
 //! `themisto score`: re-score a samples file without a model.
 
+use crate::config::ScoreConfig;
 use crate::metrics::MetricOptions;
-use crate::run::score::{score_file, ScoreConfig};
+use crate::records::score::score_file;
 use clap::Args;
 use std::path::PathBuf;
 
@@ -30,6 +31,7 @@ pub fn execute(args: ScoreArgs) -> anyhow::Result<()> {
         seed: args.seed,
     };
     let results = score_file(&cfg, &args.out)?;
+    super::write_report_md(&args.out, &results)?;
     print!("{}", crate::report::table::groups_table(&results.groups));
     println!("results: {}", args.out.display());
     Ok(())

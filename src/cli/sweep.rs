@@ -11,16 +11,17 @@
 //! hidden: a sweep always continues its folder.
 
 use super::run::{set_threads, RunArgs};
+use crate::config::SweepConfig;
 use crate::model::fetch::FetchOptions;
 use crate::run::RunError;
-use crate::sweep::{self, SweepConfig, SweepOptions};
+use crate::sweep::{self, SweepOptions};
 use clap::{ArgAction, ArgMatches, Args, Command, FromArgMatches};
 
-/// [`crate::sweep::DEFAULT_BUDGETS`] as clap default values.
+/// [`crate::config::DEFAULT_BUDGETS`] as clap default values.
 const BUDGETS_ARG: [&str; 5] = ["256", "512", "1024", "2048", "4096"];
-/// [`crate::sweep::DEFAULT_LIMIT`] as a clap default value.
+/// [`crate::config::DEFAULT_SWEEP_LIMIT`] as a clap default value.
 const LIMIT_ARG: &str = "10";
-/// [`crate::sweep::DEFAULT_MAX_NEW_TOKENS`] as a clap default value.
+/// [`crate::config::DEFAULT_SWEEP_MAX_NEW_TOKENS`] as a clap default value.
 const MAX_NEW_ARG: &str = "64";
 
 /// `themisto sweep` arguments.
@@ -73,7 +74,8 @@ impl FromArgMatches for SweepArgs {
 
     fn from_arg_matches_mut(m: &mut ArgMatches) -> Result<Self, clap::Error> {
         let models = m.get_many::<String>("model").map(|v| v.cloned().collect()).unwrap_or_default();
-        let context_tokens: Vec<usize> = m.get_many::<usize>("context_tokens").map(|v| v.copied().collect()).unwrap_or_default();
+        let context_tokens: Vec<usize> =
+            m.get_many::<usize>("context_tokens").map(|v| v.copied().collect()).unwrap_or_default();
         let mut run = RunArgs::from_arg_matches_mut(m)?;
         // The per-budget check is the sweep's (it names every budget that is
         // too small); the run's own validation sees the largest budget.
@@ -100,7 +102,7 @@ impl Args for SweepArgs {
 impl SweepArgs {
     /// Validate into a sweep configuration.
     pub fn config(&self) -> Result<SweepConfig, RunError> {
-        SweepConfig::new(self.models.clone(), self.context_tokens.clone(), self.run.config()?)
+        Ok(SweepConfig::new(self.models.clone(), self.context_tokens.clone(), self.run.config()?)?)
     }
 }
 
@@ -110,7 +112,7 @@ pub fn execute(args: SweepArgs) -> anyhow::Result<()> {
     let out = args.run.out.clone().ok_or_else(|| RunError::Config("--out is required".into()))?;
     let mut fetch = FetchOptions::from_env();
     fetch.progress = !args.run.quiet;
-    let opts = SweepOptions { out, progress: !args.run.quiet, fetch };
+    let opts = SweepOptions { out, progress: !args.run.quiet, fetch, after_run: Some(super::write_report_md) };
     let index = sweep::sweep(&cfg, &opts)?;
     print!("{}", crate::report::table::sweep_table(&index));
     println!("sweep: {}", opts.out.join("sweep.json").display());
@@ -121,7 +123,9 @@ pub fn execute(args: SweepArgs) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::{BUDGETS_ARG, LIMIT_ARG, MAX_NEW_ARG};
-    use crate::sweep::{DEFAULT_BUDGETS, DEFAULT_LIMIT, DEFAULT_MAX_NEW_TOKENS};
+    use crate::config::{
+        DEFAULT_BUDGETS, DEFAULT_SWEEP_LIMIT as DEFAULT_LIMIT, DEFAULT_SWEEP_MAX_NEW_TOKENS as DEFAULT_MAX_NEW_TOKENS,
+    };
 
     #[test]
     fn clap_defaults_match_the_library_ones() {
@@ -144,8 +148,24 @@ mod tests {
         assert_eq!(cfg.models, [crate::model::registry::DEFAULT_MODEL]);
         assert_eq!(cfg.context_tokens, DEFAULT_BUDGETS);
         assert_eq!((cfg.run.limit, cfg.run.prompt.max_new_tokens), (Some(DEFAULT_LIMIT), DEFAULT_MAX_NEW_TOKENS));
-        let a = parse(&["themisto", "sweep", "--out", "d", "--model", "a", "--model", "b", "--context-tokens", "2048,512", "--context-tokens", "1024"]);
-        assert_eq!((a.models.as_slice(), a.context_tokens.as_slice()), (&["a".to_string(), "b".to_string()][..], &[2048, 512, 1024][..]));
+        let a = parse(&[
+            "themisto",
+            "sweep",
+            "--out",
+            "d",
+            "--model",
+            "a",
+            "--model",
+            "b",
+            "--context-tokens",
+            "2048,512",
+            "--context-tokens",
+            "1024",
+        ]);
+        assert_eq!(
+            (a.models.as_slice(), a.context_tokens.as_slice()),
+            (&["a".to_string(), "b".to_string()][..], &[2048, 512, 1024][..])
+        );
         // The run's own check sees the largest budget; the sweep's names the small ones.
         assert_eq!(a.run.common.context_tokens, 2048);
         assert_eq!(a.config().unwrap().context_tokens, [512, 1024, 2048]);

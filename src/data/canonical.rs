@@ -71,10 +71,7 @@ pub fn parse_with(
             let err = DataError::Invalid {
                 path: path.to_path_buf(),
                 line: line_no,
-                message: format!(
-                    "field `step`: trajectory {:?} has step {} twice",
-                    row.trajectory, row.step.step
-                ),
+                message: format!("field `step`: trajectory {:?} has step {} twice", row.trajectory, row.step.step),
             };
             if skip_invalid {
                 skipped.push(err);
@@ -105,33 +102,14 @@ pub fn parse_with(
                 return Err(err);
             }
         }
-        trajectories.push(Trajectory {
-            id,
-            steps: steps.into_iter().map(|(_, s)| s).collect(),
-        });
+        trajectories.push(Trajectory { id, steps: steps.into_iter().map(|(_, s)| s).collect() });
     }
-    Ok((
-        Dataset {
-            name: name.to_string(),
-            source: path.display().to_string(),
-            trajectories,
-        },
-        skipped,
-    ))
+    Ok((Dataset { name: name.to_string(), source: path.display().to_string(), trajectories }, skipped))
 }
 
 /// The top-level fields of a canonical row; any other field is moved into `extra`.
-pub const FIELDS: [&str; 9] = [
-    "trajectory",
-    "step",
-    "code",
-    "output",
-    "output_kind",
-    "stderr",
-    "has_image",
-    "runtime",
-    "extra",
-];
+pub const FIELDS: [&str; 9] =
+    ["trajectory", "step", "code", "output", "output_kind", "stderr", "has_image", "runtime", "extra"];
 
 /// One line as a row; unknown top-level fields go into `extra` (an `extra`
 /// entry of the same name wins).
@@ -140,11 +118,7 @@ fn row_from_line(line: &str) -> Result<StepRow, String> {
         Value::Object(obj) => obj,
         _ => return Err("expected a JSON object".into()),
     };
-    let unknown: Vec<String> = obj
-        .keys()
-        .filter(|k| !FIELDS.contains(&k.as_str()))
-        .cloned()
-        .collect();
+    let unknown: Vec<String> = obj.keys().filter(|k| !FIELDS.contains(&k.as_str())).cloned().collect();
     if !unknown.is_empty() {
         let mut extra = match obj.remove("extra") {
             Some(Value::Object(m)) => m,
@@ -163,14 +137,8 @@ fn row_from_line(line: &str) -> Result<StepRow, String> {
 
 /// Read a canonical JSONL file. The dataset name is the file name.
 pub fn read_file(path: &Path) -> Result<Dataset, DataError> {
-    let text = std::fs::read_to_string(path).map_err(|source| DataError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| path.display().to_string());
+    let text = std::fs::read_to_string(path).map_err(|source| DataError::Io { path: path.to_path_buf(), source })?;
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| path.display().to_string());
     parse(&text, path, &name)
 }
 
@@ -178,10 +146,7 @@ pub fn read_file(path: &Path) -> Result<Dataset, DataError> {
 pub fn write<W: Write>(dataset: &Dataset, mut out: W) -> std::io::Result<()> {
     for t in &dataset.trajectories {
         for s in &t.steps {
-            let row = StepRow {
-                trajectory: t.id.clone(),
-                step: s.clone(),
-            };
+            let row = StepRow { trajectory: t.id.clone(), step: s.clone() };
             serde_json::to_writer(&mut out, &row)?;
             out.write_all(b"\n")?;
         }
@@ -209,23 +174,17 @@ mod tests {
     #[test]
     fn error_names_line_and_field() {
         let text = "{\"trajectory\":\"a\",\"step\":0,\"code\":\"x\"}\n{\"trajectory\":\"a\",\"code\":\"y\"}\n";
-        let e = parse(text, Path::new("t.jsonl"), "t")
-            .unwrap_err()
-            .to_string();
+        let e = parse(text, Path::new("t.jsonl"), "t").unwrap_err().to_string();
         assert!(e.starts_with("t.jsonl:2:"), "{e}");
         assert!(e.contains("step"), "{e}");
     }
 
     #[test]
     fn gap_in_steps_is_an_error() {
-        let text = "{\"trajectory\":\"a\",\"step\":0,\"code\":\"x\"}\n{\"trajectory\":\"a\",\"step\":2,\"code\":\"y\"}\n";
-        let e = parse(text, Path::new("t.jsonl"), "t")
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("t.jsonl:2:") && e.contains("jumps to step 2"),
-            "{e}"
-        );
+        let text =
+            "{\"trajectory\":\"a\",\"step\":0,\"code\":\"x\"}\n{\"trajectory\":\"a\",\"step\":2,\"code\":\"y\"}\n";
+        let e = parse(text, Path::new("t.jsonl"), "t").unwrap_err().to_string();
+        assert!(e.contains("t.jsonl:2:") && e.contains("jumps to step 2"), "{e}");
     }
 
     #[test]
@@ -235,11 +194,7 @@ mod tests {
         assert_eq!(d.trajectories.len(), 1);
         assert_eq!(d.trajectories[0].steps[0].code, "x");
         assert_eq!(skipped.len(), 3);
-        assert!(
-            skipped[0].to_string().starts_with("t.jsonl:2:"),
-            "{}",
-            skipped[0]
-        );
+        assert!(skipped[0].to_string().starts_with("t.jsonl:2:"), "{}", skipped[0]);
     }
 
     #[test]

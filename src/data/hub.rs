@@ -37,10 +37,7 @@ pub struct Snapshot {
 }
 
 /// The cache folder chosen from environment values (`get`) and the home folder.
-pub fn cache_dir_from(
-    get: impl Fn(&str) -> Option<String>,
-    home: Option<PathBuf>,
-) -> Option<PathBuf> {
+pub fn cache_dir_from(get: impl Fn(&str) -> Option<String>, home: Option<PathBuf>) -> Option<PathBuf> {
     let set = |k: &str| get(k).filter(|v| !v.trim().is_empty());
     if let Some(p) = set("HF_HUB_CACHE") {
         return Some(PathBuf::from(p));
@@ -64,10 +61,7 @@ pub fn cache_dir_from_env() -> Result<PathBuf, DataError> {
 
 /// Whether an `HF_HUB_OFFLINE` value asks for offline mode.
 pub fn offline_value(v: Option<&str>) -> bool {
-    matches!(
-        v.map(|s| s.trim().to_ascii_lowercase()).as_deref(),
-        Some("1" | "true" | "yes" | "on")
-    )
+    matches!(v.map(|s| s.trim().to_ascii_lowercase()).as_deref(), Some("1" | "true" | "yes" | "on"))
 }
 
 /// Whether this process runs offline (`HF_HUB_OFFLINE`).
@@ -87,24 +81,13 @@ pub fn parse_spec(s: &str) -> Option<(String, String)> {
 
 /// Check a repo id (`owner/name`) and revision before they become paths.
 pub fn validate(repo: &str, revision: &str) -> Result<(), DataError> {
-    let bad = |message: String| DataError::Hub {
-        repo: repo.to_string(),
-        message,
-    };
+    let bad = |message: String| DataError::Hub { repo: repo.to_string(), message };
     let ok_part = |p: &str| {
-        !p.is_empty()
-            && p != "."
-            && p != ".."
-            && p.chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        !p.is_empty() && p != "." && p != ".." && p.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
     };
     match repo.split_once('/') {
         Some((owner, name)) if ok_part(owner) && ok_part(name) => {}
-        _ => {
-            return Err(bad(
-                "a dataset id is `owner/name` (letters, digits, `-`, `_`, `.`)".into(),
-            ))
-        }
+        _ => return Err(bad("a dataset id is `owner/name` (letters, digits, `-`, `_`, `.`)".into())),
     }
     if revision.is_empty()
         || revision.starts_with('/')
@@ -127,10 +110,7 @@ fn is_commit_hash(s: &str) -> bool {
 /// Resolve a dataset revision from the cache alone (no network).
 pub fn resolve_cached(cache: &Path, repo: &str, revision: &str) -> Result<Snapshot, DataError> {
     validate(repo, revision)?;
-    let hub_err = |message: String| DataError::Hub {
-        repo: repo.to_string(),
-        message,
-    };
+    let hub_err = |message: String| DataError::Hub { repo: repo.to_string(), message };
     let dir = repo_dir(cache, repo);
     let commit = if is_commit_hash(revision) && dir.join("snapshots").join(revision).is_dir() {
         revision.to_string()
@@ -146,10 +126,7 @@ pub fn resolve_cached(cache: &Path, repo: &str, revision: &str) -> Result<Snapsh
     };
     let snap = dir.join("snapshots").join(&commit);
     if !snap.is_dir() {
-        return Err(hub_err(format!(
-            "refs/{revision} points to commit {commit}, but {} is missing",
-            snap.display()
-        )));
+        return Err(hub_err(format!("refs/{revision} points to commit {commit}, but {} is missing", snap.display())));
     }
     let mut files = Vec::new();
     list_files(&snap, Path::new(""), &mut files)
@@ -162,13 +139,7 @@ pub fn resolve_cached(cache: &Path, repo: &str, revision: &str) -> Result<Snapsh
             )));
         }
     }
-    Ok(Snapshot {
-        repo: repo.to_string(),
-        revision: revision.to_string(),
-        commit,
-        dir: snap,
-        files,
-    })
+    Ok(Snapshot { repo: repo.to_string(), revision: revision.to_string(), commit, dir: snap, files })
 }
 
 fn list_files(root: &Path, rel: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
@@ -194,40 +165,24 @@ pub fn cached_file(cache: &Path, repo: &str, revision: &str, filename: &str) -> 
 
 /// Download every file of a dataset revision into the cache (files already
 /// there are kept), then resolve it. Offline, only resolves.
-pub fn fetch(
-    cache: &Path,
-    repo: &str,
-    revision: &str,
-    offline: bool,
-    progress: bool,
-) -> Result<Snapshot, DataError> {
+pub fn fetch(cache: &Path, repo: &str, revision: &str, offline: bool, progress: bool) -> Result<Snapshot, DataError> {
     validate(repo, revision)?;
     if offline {
         return resolve_cached(cache, repo, revision);
     }
-    let hub_err = |message: String| DataError::Hub {
-        repo: repo.to_string(),
-        message,
-    };
-    let mut builder =
-        ApiBuilder::from_cache(Cache::new(cache.to_path_buf())).with_progress(progress);
+    let hub_err = |message: String| DataError::Hub { repo: repo.to_string(), message };
+    let mut builder = ApiBuilder::from_cache(Cache::new(cache.to_path_buf())).with_progress(progress);
     if let Ok(endpoint) = std::env::var("HF_ENDPOINT") {
         builder = builder.with_endpoint(endpoint);
     }
     if let Ok(token) = std::env::var("HF_TOKEN") {
         builder = builder.with_token(Some(token));
     }
-    let api = builder
-        .build()
-        .map_err(|e| hub_err(format!("cannot start the hub client: {e}")))?;
-    let api_repo = api.repo(Repo::with_revision(
-        repo.to_string(),
-        RepoType::Dataset,
-        revision.to_string(),
-    ));
-    let info = api_repo
-        .info()
-        .map_err(|e| hub_err(format!("cannot list revision {revision:?} (offline? set HF_HUB_OFFLINE=1 to use the cache): {e}")))?;
+    let api = builder.build().map_err(|e| hub_err(format!("cannot start the hub client: {e}")))?;
+    let api_repo = api.repo(Repo::with_revision(repo.to_string(), RepoType::Dataset, revision.to_string()));
+    let info = api_repo.info().map_err(|e| {
+        hub_err(format!("cannot list revision {revision:?} (offline? set HF_HUB_OFFLINE=1 to use the cache): {e}"))
+    })?;
     let snap_dir = repo_dir(cache, repo).join("snapshots").join(&info.sha);
     for sibling in &info.siblings {
         if snap_dir.join(&sibling.rfilename).is_file() {
@@ -241,11 +196,9 @@ pub fn fetch(
     let ref_path = repo_dir(cache, repo).join("refs").join(revision);
     if !ref_path.is_file() {
         if let Some(parent) = ref_path.parent() {
-            std::fs::create_dir_all(parent)
-                .map_err(|e| hub_err(format!("cannot write {}: {e}", parent.display())))?;
+            std::fs::create_dir_all(parent).map_err(|e| hub_err(format!("cannot write {}: {e}", parent.display())))?;
         }
-        std::fs::create_dir_all(&snap_dir)
-            .map_err(|e| hub_err(format!("cannot write {}: {e}", snap_dir.display())))?;
+        std::fs::create_dir_all(&snap_dir).map_err(|e| hub_err(format!("cannot write {}: {e}", snap_dir.display())))?;
         std::fs::write(&ref_path, &info.sha)
             .map_err(|e| hub_err(format!("cannot write {}: {e}", ref_path.display())))?;
     }
@@ -259,33 +212,19 @@ mod tests {
     #[test]
     fn env_precedence() {
         let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |k: &str| {
-                pairs
-                    .iter()
-                    .find(|(n, _)| *n == k)
-                    .map(|(_, v)| v.to_string())
-            }
+            move |k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
         };
         let home = Some(PathBuf::from("/home/u"));
         assert_eq!(
-            cache_dir_from(
-                env(&[("HF_HUB_CACHE", "/c"), ("HF_HOME", "/h")]),
-                home.clone()
-            ),
+            cache_dir_from(env(&[("HF_HUB_CACHE", "/c"), ("HF_HOME", "/h")]), home.clone()),
             Some(PathBuf::from("/c"))
         );
-        assert_eq!(
-            cache_dir_from(env(&[("HF_HOME", "/h")]), home.clone()),
-            Some(PathBuf::from("/h/hub"))
-        );
+        assert_eq!(cache_dir_from(env(&[("HF_HOME", "/h")]), home.clone()), Some(PathBuf::from("/h/hub")));
         assert_eq!(
             cache_dir_from(env(&[("XDG_CACHE_HOME", "/x")]), home.clone()),
             Some(PathBuf::from("/x/huggingface/hub"))
         );
-        assert_eq!(
-            cache_dir_from(env(&[]), home),
-            Some(PathBuf::from("/home/u/.cache/huggingface/hub"))
-        );
+        assert_eq!(cache_dir_from(env(&[]), home), Some(PathBuf::from("/home/u/.cache/huggingface/hub")));
         assert_eq!(cache_dir_from(env(&[]), None), None);
     }
 
@@ -294,10 +233,7 @@ mod tests {
         assert!(offline_value(Some("1")) && offline_value(Some("TRUE")));
         assert!(!offline_value(Some("0")) && !offline_value(None));
         assert_eq!(parse_spec("hf://a/b"), Some(("a/b".into(), "main".into())));
-        assert_eq!(
-            parse_spec("hf://a/b@v1.0"),
-            Some(("a/b".into(), "v1.0".into()))
-        );
+        assert_eq!(parse_spec("hf://a/b@v1.0"), Some(("a/b".into(), "v1.0".into())));
         assert_eq!(parse_spec("a/b"), None);
         assert!(validate("a/b", "main").is_ok());
         assert!(validate("ab", "main").is_err());

@@ -55,62 +55,33 @@ pub struct NotebookRead {
 
 /// Read a notebook file. The trajectory id is `path` as given.
 pub fn read_file(path: &Path, skip_invalid: bool) -> Result<NotebookRead, DataError> {
-    let text = std::fs::read_to_string(path).map_err(|source| DataError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let text = std::fs::read_to_string(path).map_err(|source| DataError::Io { path: path.to_path_buf(), source })?;
     parse(&text, path, &path.display().to_string(), skip_invalid)
 }
 
 /// Parse notebook JSON text. `path` is for messages; `id` becomes the trajectory id.
-pub fn parse(
-    text: &str,
-    path: &Path,
-    id: &str,
-    skip_invalid: bool,
-) -> Result<NotebookRead, DataError> {
-    let format_err = |message: String| DataError::Format {
-        path: path.to_path_buf(),
-        message,
-    };
+pub fn parse(text: &str, path: &Path, id: &str, skip_invalid: bool) -> Result<NotebookRead, DataError> {
+    let format_err = |message: String| DataError::Format { path: path.to_path_buf(), message };
     let doc: Value = serde_json::from_str(text).map_err(|e| DataError::Invalid {
         path: path.to_path_buf(),
         line: e.line(),
         message: format!("not a notebook (invalid JSON): {e}"),
     })?;
-    let doc = doc
-        .as_object()
-        .ok_or_else(|| format_err(format!("not a notebook: top level is {}", json_type(&doc))))?;
+    let doc = doc.as_object().ok_or_else(|| format_err(format!("not a notebook: top level is {}", json_type(&doc))))?;
     let version = match doc.get("nbformat").and_then(Value::as_u64) {
         Some(v @ (3 | 4)) => v as u8,
-        Some(v) => {
-            return Err(format_err(format!(
-                "field `nbformat`: version {v} is not supported (3 and 4 are)"
-            )))
-        }
+        Some(v) => return Err(format_err(format!("field `nbformat`: version {v} is not supported (3 and 4 are)"))),
         None if doc.contains_key("cells") => 4,
-        None => {
-            return Err(format_err(
-                "field `nbformat`: missing, and no `cells` list".into(),
-            ))
-        }
+        None => return Err(format_err("field `nbformat`: missing, and no `cells` list".into())),
     };
     let cells = collect_cells(doc, version).map_err(format_err)?;
-    let mut info = NotebookInfo {
-        nbformat: version,
-        ..NotebookInfo::default()
-    };
+    let mut info = NotebookInfo { nbformat: version, ..NotebookInfo::default() };
     let mut skipped = Vec::new();
     // (execution count, cell index, step without its number)
     let mut ran: Vec<(u64, usize, Step)> = Vec::new();
     for (index, cell) in cells.iter().enumerate() {
         let Some(obj) = cell.as_object() else {
-            let err = field_err(
-                path,
-                index,
-                "cell",
-                format!("expected an object, found {}", json_type(cell)),
-            );
+            let err = field_err(path, index, "cell", format!("expected an object, found {}", json_type(cell)));
             if skip_invalid {
                 info.invalid_cells += 1;
                 skipped.push(err);
@@ -154,23 +125,11 @@ pub fn parse(
             step
         })
         .collect();
-    Ok(NotebookRead {
-        trajectory: Trajectory {
-            id: id.to_string(),
-            steps,
-        },
-        info,
-        skipped,
-    })
+    Ok(NotebookRead { trajectory: Trajectory { id: id.to_string(), steps }, info, skipped })
 }
 
 fn field_err(path: &Path, index: usize, field: &str, message: String) -> DataError {
-    DataError::Field {
-        path: path.to_path_buf(),
-        place: Place::Cell(index),
-        field: field.to_string(),
-        message,
-    }
+    DataError::Field { path: path.to_path_buf(), place: Place::Cell(index), field: field.to_string(), message }
 }
 
 /// All cells in document order (v3 keeps them in worksheets).
@@ -178,10 +137,7 @@ fn collect_cells(doc: &Map<String, Value>, version: u8) -> Result<Vec<&Value>, S
     if version == 4 {
         return match doc.get("cells") {
             Some(Value::Array(cells)) => Ok(cells.iter().collect()),
-            Some(other) => Err(format!(
-                "field `cells`: expected a list, found {}",
-                json_type(other)
-            )),
+            Some(other) => Err(format!("field `cells`: expected a list, found {}", json_type(other))),
             None => Err("field `cells`: missing".into()),
         };
     }
@@ -189,22 +145,14 @@ fn collect_cells(doc: &Map<String, Value>, version: u8) -> Result<Vec<&Value>, S
     let sheets = match doc.get("worksheets") {
         Some(Value::Array(s)) => s,
         None => return Ok(cells),
-        Some(other) => {
-            return Err(format!(
-                "field `worksheets`: expected a list, found {}",
-                json_type(other)
-            ))
-        }
+        Some(other) => return Err(format!("field `worksheets`: expected a list, found {}", json_type(other))),
     };
     for (i, sheet) in sheets.iter().enumerate() {
         match sheet.get("cells") {
             Some(Value::Array(cs)) => cells.extend(cs.iter()),
             None => {}
             Some(other) => {
-                return Err(format!(
-                    "field `worksheets[{i}].cells`: expected a list, found {}",
-                    json_type(other)
-                ))
+                return Err(format!("field `worksheets[{i}].cells`: expected a list, found {}", json_type(other)))
             }
         }
     }
@@ -213,11 +161,7 @@ fn collect_cells(doc: &Map<String, Value>, version: u8) -> Result<Vec<&Value>, S
 
 /// A code cell as a step, or `None` when it carries no execution count.
 fn code_cell(obj: &Map<String, Value>, version: u8) -> Result<Option<(u64, Step)>, OutputError> {
-    let count_field = if version == 3 {
-        "prompt_number"
-    } else {
-        "execution_count"
-    };
+    let count_field = if version == 3 { "prompt_number" } else { "execution_count" };
     let count = match obj.get(count_field) {
         None | Some(Value::Null) => return Ok(None),
         Some(Value::Number(n)) => n.as_u64().ok_or_else(|| OutputError {
@@ -256,10 +200,7 @@ fn code_cell(obj: &Map<String, Value>, version: u8) -> Result<Option<(u64, Step)
         }
     }
     if !rendered.unknown_types.is_empty() {
-        extra.insert(
-            "unknown_output_types".into(),
-            Value::from(rendered.unknown_types.clone()),
-        );
+        extra.insert("unknown_output_types".into(), Value::from(rendered.unknown_types.clone()));
     }
     Ok(Some((
         count,
@@ -318,10 +259,7 @@ mod tests {
         assert_eq!(r.info.nbformat, 3);
         assert_eq!(r.trajectory.steps[0].output, "hi");
         assert_eq!(r.trajectory.steps[0].output_kind, OutputKind::Stream);
-        assert_eq!(
-            r.trajectory.steps[1].output,
-            "ZeroDivisionError: division by zero"
-        );
+        assert_eq!(r.trajectory.steps[1].output, "ZeroDivisionError: division by zero");
         assert!(!r.info.non_linear());
     }
 
@@ -330,10 +268,11 @@ mod tests {
         let text = r#"{"nbformat": 4, "cells": [
           {"cell_type": "code", "execution_count": 1, "source": "a", "outputs": []},
           {"cell_type": "code", "execution_count": "two", "source": "b", "outputs": []}]}"#;
-        let e = parse(text, Path::new("bad.ipynb"), "bad", false)
-            .unwrap_err()
-            .to_string();
-        assert_eq!(e, "bad.ipynb: cell 1 (0-based): field `execution_count`: expected an integer or null, found a string");
+        let e = parse(text, Path::new("bad.ipynb"), "bad", false).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "bad.ipynb: cell 1 (0-based): field `execution_count`: expected an integer or null, found a string"
+        );
         let r = parse(text, Path::new("bad.ipynb"), "bad", true).unwrap();
         assert_eq!(r.trajectory.steps.len(), 1);
         assert_eq!(r.info.invalid_cells, 1);

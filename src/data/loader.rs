@@ -7,11 +7,14 @@
 //!
 //! | path | read as |
 //! |---|---|
+//! | any table file, with [`LoadOptions::columns`] | a mapped table ([`table`]): CSV, JSONL, JSON array, Parquet |
 //! | `*.ipynb` | one notebook ([`ipynb`]) |
-//! | `*.csv` | a JuNE event log ([`june`]) |
-//! | `*.parquet` | Themisto release rows ([`themisto_rows`]) |
-//! | `*.jsonl`, `*.ndjson` | first row has `trajectory` and `step`: canonical; has `kernel_id` (or an alias) and `code`: Themisto rows |
+//! | `*.csv` | a JuNE event log when the header has `event` and `kernel_id` ([`june`]); else an error that asks for a column mapping |
+//! | `*.parquet` | columns `event` and `kernel_id`: a JuNE log; else Themisto release rows ([`themisto_rows`]) |
+//! | `*.jsonl`, `*.ndjson` | first row has `trajectory` and `step`: canonical; has `event` and `kernel_id`: a JuNE log; has `kernel_id` (or an alias) and `code`: Themisto rows |
 //! | `*.json` | a JSON array told apart the same way by its first element; JSONL text in a `.json` file is read as JSONL |
+//! | `*.zip`, `*.tar.gz`, `*.tgz` | unpacked into a temporary folder and read as a folder ([`archive`]); paths read `ARCHIVE/inner/path` |
+//! | `*.pkl`, `*.pickle`, or a pickle's first bytes | refused, pointing to the converter script (themisto never unpickles) |
 //! | other names | sniffed: `PAR1` magic -> Parquet; a JSON object with `cells`/`worksheets` -> notebook; else as JSONL |
 //! | a folder | every supported file below it (recursively, sorted by path, hidden entries skipped); files that are valid JSON but no trajectory source (e.g. `dataset_info.json`) are listed as ignored |
 //! | `hf://owner/name[@rev]` | that dataset's cached snapshot folder ([`hub`]) |
@@ -19,8 +22,11 @@
 //! Trajectory ids must be unique across the files of one load. Trajectories
 //! without steps (notebooks never run) are left out and counted.
 
+use super::archive::{self, Unpacked};
+use super::containers::{self, Container};
 use super::ipynb::{self, NotebookInfo};
 use super::june::{self, JuneInfo};
+use super::table::{self, ColumnMap};
 use super::{canonical, embedded, hub, themisto_rows};
 use super::{DataError, DataSpec, Dataset, Trajectory};
 use serde_json::Value;
@@ -36,6 +42,9 @@ pub struct LoadOptions {
     pub skip_invalid: bool,
     /// Hub cache folder for `hf://` paths; `None` means from the environment.
     pub hub_cache: Option<PathBuf>,
+    /// Read every table file (CSV, JSONL, JSON, Parquet) with this mapping
+    /// instead of detecting its format ([`table`]).
+    pub columns: Option<ColumnMap>,
 }
 
 /// The source formats.
@@ -47,7 +56,12 @@ pub enum Format {
     ThemistoJsonArray,
     ThemistoParquet,
     June,
+    JuneJsonl,
+    JuneJsonArray,
+    JuneParquet,
     Notebook,
+    /// A table read with an explicit column mapping.
+    Table(Container),
 }
 
 impl Format {
@@ -59,7 +73,14 @@ impl Format {
             Format::ThemistoJsonArray => "Themisto rows (JSON array)",
             Format::ThemistoParquet => "Themisto rows (Parquet)",
             Format::June => "JuNE event log (CSV)",
+            Format::JuneJsonl => "JuNE event log (JSONL)",
+            Format::JuneJsonArray => "JuNE event log (JSON array)",
+            Format::JuneParquet => "JuNE event log (Parquet)",
             Format::Notebook => "Jupyter notebook",
+            Format::Table(Container::Csv) => "mapped table (CSV)",
+            Format::Table(Container::Jsonl) => "mapped table (JSONL)",
+            Format::Table(Container::JsonArray) => "mapped table (JSON array)",
+            Format::Table(Container::Parquet) => "mapped table (Parquet)",
         }
     }
 }
@@ -127,15 +148,12 @@ pub struct Loaded {
     pub report: LoadReport,
 }
 
-const EXTENSIONS: [&str; 6] = ["ipynb", "csv", "parquet", "json", "jsonl", "ndjson"];
+const EXTENSIONS: [&str; 8] = ["ipynb", "csv", "parquet", "json", "jsonl", "ndjson", "pkl", "pickle"];
 
 /// Load what a spec names.
 pub fn load_with(spec: &DataSpec, opts: &LoadOptions) -> Result<Loaded, DataError> {
     match spec {
-        DataSpec::Embedded => Ok(Loaded {
-            dataset: embedded::load()?,
-            report: LoadReport::default(),
-        }),
+        DataSpec::Embedded => Ok(Loaded { dataset: embedded::load()?, report: LoadReport::default() }),
         DataSpec::File(path) => {
             let text = path.to_string_lossy();
             if let Some((repo, revision)) = hub::parse_spec(&text) {
@@ -157,96 +175,126 @@ pub fn load_with(spec: &DataSpec, opts: &LoadOptions) -> Result<Loaded, DataErro
 /// Load files and folders into one dataset. The name is the file or folder
 /// name (names joined by `+` for several paths).
 pub fn load_paths(paths: &[PathBuf], opts: &LoadOptions) -> Result<Loaded, DataError> {
-    let mut report = LoadReport::default();
-    let mut trajectories: Vec<Trajectory> = Vec::new();
-    let mut seen: HashMap<String, PathBuf> = HashMap::new();
+    let mut acc = Acc { report: LoadReport::default(), trajectories: Vec::new(), seen: HashMap::new() };
     for path in paths {
-        let meta = std::fs::metadata(path).map_err(|source| DataError::Io {
-            path: path.clone(),
-            source,
-        })?;
-        let files = if meta.is_dir() {
+        let meta = std::fs::metadata(path).map_err(|source| DataError::Io { path: path.clone(), source })?;
+        if meta.is_dir() {
             let mut files = Vec::new();
-            walk(path, &mut files).map_err(|source| DataError::Io {
-                path: path.clone(),
-                source,
-            })?;
-            files
-        } else {
-            vec![path.clone()]
-        };
-        let in_folder = meta.is_dir();
-        for file in files {
-            let format = match detect(&file) {
-                Ok(Some(f)) => f,
-                Ok(None) if in_folder => {
-                    report.ignored.push(file);
-                    continue;
-                }
-                Ok(None) => {
-                    return Err(DataError::Format {
-                        path: file,
-                        message: "cannot tell the format: expected a notebook (.ipynb), a JuNE log (.csv), Themisto rows (.parquet/.jsonl/.json with `kernel_id` and `code`) or canonical JSONL (rows with `trajectory` and `step`)".into(),
-                    })
-                }
-                Err(e) if in_folder && opts.skip_invalid => {
-                    report.skipped_files.push(e.to_string());
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            let (trajs, file_report) = match read(&file, format, opts.skip_invalid) {
-                Ok(r) => r,
-                Err(e) if in_folder && opts.skip_invalid => {
-                    report.skipped_files.push(e.to_string());
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            for t in trajs {
-                if t.steps.is_empty() {
-                    report.empty_trajectories += 1;
-                    continue;
-                }
-                if let Some(first) = seen.get(&t.id) {
-                    return Err(DataError::Format {
-                        path: file.clone(),
-                        message: format!(
-                            "trajectory {:?} is also in {}; trajectory ids must be unique across the inputs",
-                            t.id,
-                            first.display()
-                        ),
-                    });
-                }
-                seen.insert(t.id.clone(), file.clone());
-                trajectories.push(t);
+            walk(path, &mut files).map_err(|source| DataError::Io { path: path.clone(), source })?;
+            for file in files {
+                read_one(&file, true, opts, &mut acc, None)?;
             }
-            report.files.push(file_report);
+        } else {
+            read_one(path, false, opts, &mut acc, None)?;
         }
     }
     let name = paths
         .iter()
-        .map(|p| {
-            p.file_name().map_or_else(
-                || p.display().to_string(),
-                |n| n.to_string_lossy().into_owned(),
-            )
-        })
+        .map(|p| p.file_name().map_or_else(|| p.display().to_string(), |n| n.to_string_lossy().into_owned()))
         .collect::<Vec<_>>()
         .join("+");
-    let source = paths
-        .iter()
-        .map(|p| p.display().to_string())
-        .collect::<Vec<_>>()
-        .join(", ");
-    Ok(Loaded {
-        dataset: Dataset {
-            name,
-            source,
-            trajectories,
+    let source = paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ");
+    Ok(Loaded { dataset: Dataset { name, source, trajectories: acc.trajectories }, report: acc.report })
+}
+
+/// What a load has gathered so far.
+struct Acc {
+    report: LoadReport,
+    trajectories: Vec<Trajectory>,
+    seen: HashMap<String, PathBuf>,
+}
+
+/// Read one file (an archive: every file in it) into `acc`. Inside a folder
+/// with `skip_invalid`, a bad file is listed and skipped.
+fn read_one(
+    file: &Path,
+    in_folder: bool,
+    opts: &LoadOptions,
+    acc: &mut Acc,
+    within: Option<&Unpacked>,
+) -> Result<(), DataError> {
+    let label = within.map_or_else(|| file.to_path_buf(), |u| u.label(file));
+    let relabel = |e: DataError| match within {
+        Some(u) => u.relabel(e),
+        None => e,
+    };
+    let result = read_one_inner(file, &label, in_folder, opts, acc).map_err(relabel);
+    match result {
+        Err(e) if in_folder && opts.skip_invalid => {
+            acc.report.skipped_files.push(e.to_string());
+            Ok(())
+        }
+        other => other,
+    }
+}
+
+fn read_one_inner(
+    file: &Path,
+    label: &Path,
+    in_folder: bool,
+    opts: &LoadOptions,
+    acc: &mut Acc,
+) -> Result<(), DataError> {
+    if let Some(kind) = archive::kind_of(file) {
+        let un = archive::unpack(file, kind, label)?;
+        for entry in &un.skipped_entries {
+            acc.report.skipped_files.push(format!(
+                "{}: entry {entry:?} not unpacked (a link, or a path outside the archive)",
+                label.display()
+            ));
+        }
+        let mut files = Vec::new();
+        walk(&un.dir, &mut files).map_err(|source| DataError::Io { path: label.to_path_buf(), source })?;
+        for f in files {
+            read_one(&f, true, opts, acc, Some(&un))?;
+        }
+        return Ok(());
+    }
+    if archive::is_pickle(file) {
+        return Err(DataError::Format { path: label.to_path_buf(), message: archive::pickle_refusal("this file") });
+    }
+    let format = match &opts.columns {
+        Some(_) => match table::container_of(file) {
+            Some(c) => Some(Format::Table(c)),
+            None => detect(file)?,
         },
-        report,
-    })
+        None => detect(file)?,
+    };
+    let format = match format {
+        Some(f) => f,
+        None if in_folder => {
+            acc.report.ignored.push(label.to_path_buf());
+            return Ok(());
+        }
+        None => {
+            return Err(DataError::Format {
+                path: file.to_path_buf(),
+                message: "cannot tell the format: expected a notebook (.ipynb), a JuNE log (`event` and `kernel_id` columns), Themisto rows (.parquet/.jsonl/.json with `kernel_id` and `code`) or canonical JSONL (rows with `trajectory` and `step`); for another layout give a column mapping (--columns trajectory=COL,code=COL,...)".into(),
+            })
+        }
+    };
+    let (trajs, mut file_report) = read_with(file, format, opts)?;
+    file_report.path = label.to_path_buf();
+    for t in trajs {
+        if t.steps.is_empty() {
+            acc.report.empty_trajectories += 1;
+            continue;
+        }
+        if let Some(first) = acc.seen.get(&t.id) {
+            return Err(DataError::Format {
+                path: file.to_path_buf(),
+                message: format!(
+                    "trajectory {:?} is also in {}; trajectory ids must be unique across the inputs",
+                    t.id,
+                    first.display()
+                ),
+            });
+        }
+        acc.seen.insert(t.id.clone(), label.to_path_buf());
+        acc.trajectories.push(t);
+    }
+    acc.report.files.push(file_report);
+    Ok(())
 }
 
 /// Every supported file under `dir`, sorted by path; hidden entries skipped.
@@ -262,9 +310,7 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
         let kind = e.file_type()?;
         if kind.is_dir() {
             walk(&path, out)?;
-        } else if (kind.is_file() || (kind.is_symlink() && path.is_file()))
-            && has_supported_extension(&path)
-        {
+        } else if (kind.is_file() || (kind.is_symlink() && path.is_file())) && has_supported_extension(&path) {
             out.push(path);
         }
     }
@@ -272,33 +318,34 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
 }
 
 fn extension(path: &Path) -> String {
-    path.extension()
-        .map(|e| e.to_string_lossy().to_ascii_lowercase())
-        .unwrap_or_default()
+    path.extension().map(|e| e.to_string_lossy().to_ascii_lowercase()).unwrap_or_default()
 }
 
 fn has_supported_extension(path: &Path) -> bool {
-    EXTENSIONS.contains(&extension(path).as_str())
+    EXTENSIONS.contains(&extension(path).as_str()) || archive::kind_of(path).is_some()
 }
 
 /// The format of a file: `Ok(None)` when it is well-formed but no trajectory source.
 pub fn detect(path: &Path) -> Result<Option<Format>, DataError> {
-    let io = |source| DataError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
+    let io = |source| DataError::Io { path: path.to_path_buf(), source };
     match extension(path).as_str() {
         "ipynb" => return Ok(Some(Format::Notebook)),
-        "csv" => return Ok(Some(Format::June)),
-        "parquet" => return Ok(Some(Format::ThemistoParquet)),
+        "csv" => {
+            if june::csv_header_is_june(path)? {
+                return Ok(Some(Format::June));
+            }
+            return Err(DataError::Format {
+                path: path.to_path_buf(),
+                message: "a CSV file without JuNE's `event` and `kernel_id` columns: give a column mapping (--columns trajectory=COL,code=COL,...)".into(),
+            });
+        }
+        "parquet" => return parquet_format(path).map(Some),
         _ => {}
     }
     let mut head = [0u8; 4];
-    let n = std::fs::File::open(path)
-        .and_then(|mut f| f.read(&mut head))
-        .map_err(io)?;
+    let n = std::fs::File::open(path).and_then(|mut f| f.read(&mut head)).map_err(io)?;
     if &head[..n] == b"PAR1" {
-        return Ok(Some(Format::ThemistoParquet));
+        return parquet_format(path).map(Some);
     }
     let text = std::fs::read_to_string(path).map_err(io)?;
     let trimmed = text.trim_start();
@@ -310,18 +357,15 @@ pub fn detect(path: &Path) -> Result<Option<Format>, DataError> {
         })?;
         return Ok(match doc.as_array().and_then(|a| a.first()) {
             None => Some(Format::CanonicalJsonArray),
-            Some(Value::Object(first)) => kind_of_row(first).map(|canonical| {
-                if canonical {
-                    Format::CanonicalJsonArray
-                } else {
-                    Format::ThemistoJsonArray
-                }
+            Some(Value::Object(first)) => kind_of_row(first).map(|kind| match kind {
+                RowKind::Canonical => Format::CanonicalJsonArray,
+                RowKind::June => Format::JuneJsonArray,
+                RowKind::Themisto => Format::ThemistoJsonArray,
             }),
             Some(_) => None,
         });
     }
-    if !matches!(extension(path).as_str(), "json" | "jsonl" | "ndjson") && trimmed.starts_with('{')
-    {
+    if !matches!(extension(path).as_str(), "json" | "jsonl" | "ndjson") && trimmed.starts_with('{') {
         if let Ok(Value::Object(doc)) = serde_json::from_str::<Value>(&text) {
             if doc.contains_key("cells") || doc.contains_key("worksheets") {
                 return Ok(Some(Format::Notebook));
@@ -344,34 +388,53 @@ pub fn detect(path: &Path) -> Result<Option<Format>, DataError> {
         }
     };
     Ok(match first {
-        Value::Object(obj) => kind_of_row(&obj).map(|canonical| {
-            if canonical {
-                Format::Canonical
-            } else {
-                Format::ThemistoJsonl
-            }
+        Value::Object(obj) => kind_of_row(&obj).map(|kind| match kind {
+            RowKind::Canonical => Format::Canonical,
+            RowKind::June => Format::JuneJsonl,
+            RowKind::Themisto => Format::ThemistoJsonl,
         }),
         _ => None,
     })
 }
 
-/// `Some(true)` for a canonical row, `Some(false)` for a Themisto row.
-fn kind_of_row(obj: &serde_json::Map<String, Value>) -> Option<bool> {
+/// What a JSON row is.
+enum RowKind {
+    Canonical,
+    June,
+    Themisto,
+}
+
+fn kind_of_row(obj: &serde_json::Map<String, Value>) -> Option<RowKind> {
     if obj.contains_key("trajectory") && obj.contains_key("step") {
-        Some(true)
+        Some(RowKind::Canonical)
+    } else if june::is_june_columns(obj.keys().map(String::as_str)) {
+        Some(RowKind::June)
     } else if themisto_rows::looks_like_rows(obj) {
-        Some(false)
+        Some(RowKind::Themisto)
     } else {
         None
     }
 }
 
+/// A Parquet file is a JuNE log when its columns say so, else Themisto rows.
+fn parquet_format(path: &Path) -> Result<Format, DataError> {
+    let names = super::parquet_rows::column_names(path)?;
+    Ok(if june::is_june_columns(names.iter().map(String::as_str)) {
+        Format::JuneParquet
+    } else {
+        Format::ThemistoParquet
+    })
+}
+
 /// Read one file of a known format.
-pub fn read(
-    path: &Path,
-    format: Format,
-    skip_invalid: bool,
-) -> Result<(Vec<Trajectory>, FileReport), DataError> {
+pub fn read(path: &Path, format: Format, skip_invalid: bool) -> Result<(Vec<Trajectory>, FileReport), DataError> {
+    read_with(path, format, &LoadOptions { skip_invalid, ..LoadOptions::default() })
+}
+
+/// Read one file of a known format with these options (a [`Format::Table`]
+/// needs [`LoadOptions::columns`]).
+pub fn read_with(path: &Path, format: Format, opts: &LoadOptions) -> Result<(Vec<Trajectory>, FileReport), DataError> {
+    let skip_invalid = opts.skip_invalid;
     let mut report = FileReport {
         path: path.to_path_buf(),
         format,
@@ -387,9 +450,24 @@ pub fn read(
             report.notebook = Some(r.info);
             (vec![r.trajectory], r.skipped)
         }
-        Format::June => {
-            let r = june::read_file(path, skip_invalid)?;
+        Format::June | Format::JuneJsonl | Format::JuneJsonArray | Format::JuneParquet => {
+            let r = match format {
+                Format::June => june::read_file(path, skip_invalid)?,
+                Format::JuneJsonl => june::read_rows(containers::jsonl_rows(path)?.into_iter(), path, skip_invalid)?,
+                Format::JuneJsonArray => {
+                    june::read_rows(containers::json_array_rows(path)?.into_iter(), path, skip_invalid)?
+                }
+                _ => june::read_rows(containers::rows(path, Container::Parquet)?.into_iter(), path, skip_invalid)?,
+            };
             report.june = Some(r.info);
+            (r.trajectories, r.skipped)
+        }
+        Format::Table(container) => {
+            let map = opts.columns.as_ref().ok_or_else(|| DataError::Format {
+                path: path.to_path_buf(),
+                message: "a mapped table needs a column mapping (--columns)".into(),
+            })?;
+            let r = table::read(path, container, map, skip_invalid)?;
             (r.trajectories, r.skipped)
         }
         Format::ThemistoJsonl | Format::ThemistoJsonArray | Format::ThemistoParquet => {
@@ -401,23 +479,16 @@ pub fn read(
             (r.trajectories, r.skipped)
         }
         Format::Canonical | Format::CanonicalJsonArray => {
-            let mut text = std::fs::read_to_string(path).map_err(|source| DataError::Io {
-                path: path.to_path_buf(),
-                source,
-            })?;
+            let mut text =
+                std::fs::read_to_string(path).map_err(|source| DataError::Io { path: path.to_path_buf(), source })?;
             if format == Format::CanonicalJsonArray {
                 // One element per line, so errors name the 1-based element as the line.
-                let items: Vec<Value> =
-                    serde_json::from_str(&text).map_err(|e| DataError::Invalid {
-                        path: path.to_path_buf(),
-                        line: e.line(),
-                        message: format!("invalid JSON: {e}"),
-                    })?;
-                text = items
-                    .iter()
-                    .map(Value::to_string)
-                    .collect::<Vec<_>>()
-                    .join("\n");
+                let items: Vec<Value> = serde_json::from_str(&text).map_err(|e| DataError::Invalid {
+                    path: path.to_path_buf(),
+                    line: e.line(),
+                    message: format!("invalid JSON: {e}"),
+                })?;
+                text = items.iter().map(Value::to_string).collect::<Vec<_>>().join("\n");
             }
             let (d, skipped) = canonical::parse_with(&text, path, "", skip_invalid)?;
             (d.trajectories, skipped)

@@ -7,25 +7,37 @@
 //!
 //! - [`canonical`]: the canonical trajectory JSONL (what `data convert` writes);
 //! - [`ipynb`]: Jupyter notebooks (nbformat 3 and 4), one file or a folder;
-//! - [`june`]: JuNE event logs (CSV);
+//! - [`june`]: JuNE event logs (CSV, JSONL, JSON array, Parquet), paired into
+//!   steps by [`june_steps`];
 //! - [`themisto_rows`]: Themisto release rows (JSONL, JSON array, Parquet via
 //!   [`parquet_rows`]);
-//! - [`hub`]: Hugging Face hub datasets, fetched into and resolved from the hub cache.
+//! - [`table`]: tables of unknown layout with an explicit column mapping;
+//! - [`archive`]: `.zip` / `.tar.gz` releases read as folders; pickles refused;
+//! - [`hub`]: Hugging Face hub datasets, fetched into and resolved from the hub
+//!   cache; [`known`] lists the datasets themisto knows by name.
+//!
+//! [`containers`] turns CSV, JSONL, JSON arrays and Parquet into rows for the
+//! row readers.
 //!
 //! [`nbout`] turns nbformat outputs into canonical output text; [`stats`]
 //! summarises a dataset for `data stats`.
 
+pub mod archive;
 pub mod canonical;
+pub mod containers;
 pub mod embedded;
 pub mod hub;
 pub mod ipynb;
 pub mod june;
+pub mod june_steps;
+pub mod known;
 pub mod loader;
 pub mod nbout;
 pub mod parquet_rows;
 pub mod protocol;
 pub mod samples;
 pub mod stats;
+pub mod table;
 pub mod themisto_rows;
 
 pub use loader::{load_paths, load_with, LoadOptions, LoadReport, Loaded};
@@ -33,9 +45,6 @@ pub use protocol::{read_sample_list, themisto_protocol, ProtocolOutcome};
 
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
-
-/// Version of the canonical trajectory JSONL format (see README, "Trajectory format").
-pub const TRAJECTORY_FORMAT_VERSION: u32 = 1;
 
 /// What kind of output a cell produced, as a notebook shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
@@ -121,6 +130,15 @@ pub struct Step {
     pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
+impl Step {
+    /// Whether the step's `output` is what the notebook showed. False when the
+    /// source logged outputs without their text (`extra.output_text_missing`,
+    /// as in the published JuNE log): such a step is no target of the output task.
+    pub fn output_known(&self) -> bool {
+        self.extra.get(june_steps::OUTPUT_TEXT_MISSING) != Some(&serde_json::Value::Bool(true))
+    }
+}
+
 /// The steps of one notebook session, in execution order.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Trajectory {
@@ -178,21 +196,12 @@ pub enum DataError {
         source: std::io::Error,
     },
     #[error("{path}:{line}: {message}")]
-    Invalid {
-        path: PathBuf,
-        line: usize,
-        message: String,
-    },
+    Invalid { path: PathBuf, line: usize, message: String },
     #[error("{path}: {message}")]
     Format { path: PathBuf, message: String },
     /// One field of one record is wrong or missing.
     #[error("{path}: {place}: field `{field}`: {message}")]
-    Field {
-        path: PathBuf,
-        place: Place,
-        field: String,
-        message: String,
-    },
+    Field { path: PathBuf, place: Place, field: String, message: String },
     /// A hub dataset could not be fetched or found in the local hub cache.
     #[error("hub dataset {repo}: {message}")]
     Hub { repo: String, message: String },
@@ -213,11 +222,7 @@ pub enum DataSpec {
 impl std::str::FromStr for DataSpec {
     type Err = std::convert::Infallible;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Ok(if s == "sample" {
-            DataSpec::Embedded
-        } else {
-            DataSpec::File(PathBuf::from(s))
-        })
+        Ok(if s == "sample" { DataSpec::Embedded } else { DataSpec::File(PathBuf::from(s)) })
     }
 }
 

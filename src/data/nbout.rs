@@ -77,10 +77,7 @@ pub fn multiline(value: Option<&Value>, field: &str) -> Result<Option<String>, O
         }
         Some(other) => Err(OutputError {
             field: field.to_string(),
-            message: format!(
-                "expected a string or a list of strings, found {}",
-                json_type(other)
-            ),
+            message: format!("expected a string or a list of strings, found {}", json_type(other)),
         }),
     }
 }
@@ -105,8 +102,7 @@ pub fn render(outputs: &[Value], base: &str) -> Result<Rendered, OutputError> {
     let mut text = String::new();
     let mut stderr = String::new();
     let mut r = Rendered::default();
-    let (mut saw_error, mut saw_result, mut saw_display, mut saw_stream) =
-        (false, false, false, false);
+    let (mut saw_error, mut saw_result, mut saw_display, mut saw_stream) = (false, false, false, false);
     for (i, out) in outputs.iter().enumerate() {
         let at = format!("{base}[{i}]");
         let obj = out.as_object().ok_or_else(|| OutputError {
@@ -121,20 +117,11 @@ pub fn render(outputs: &[Value], base: &str) -> Result<Rendered, OutputError> {
                     message: format!("expected a string, found {}", json_type(other)),
                 })
             }
-            None => {
-                return Err(OutputError {
-                    field: format!("{at}.output_type"),
-                    message: "missing".into(),
-                })
-            }
+            None => return Err(OutputError { field: format!("{at}.output_type"), message: "missing".into() }),
         };
         match otype {
             "stream" => {
-                let name = obj
-                    .get("name")
-                    .or_else(|| obj.get("stream"))
-                    .and_then(Value::as_str)
-                    .unwrap_or("stdout");
+                let name = obj.get("name").or_else(|| obj.get("stream")).and_then(Value::as_str).unwrap_or("stdout");
                 let piece = multiline(obj.get("text"), &format!("{at}.text"))?.unwrap_or_default();
                 if name == "stderr" {
                     append(&mut stderr, &strip_ansi(&piece));
@@ -211,10 +198,7 @@ fn multiline_lines(value: Option<&Value>, field: &str) -> Result<Option<String>,
 }
 
 /// The `text/plain` form of a rich output and whether it carries an image.
-fn rich_text(
-    obj: &serde_json::Map<String, Value>,
-    at: &str,
-) -> Result<(Option<String>, bool), OutputError> {
+fn rich_text(obj: &serde_json::Map<String, Value>, at: &str) -> Result<(Option<String>, bool), OutputError> {
     if let Some(data) = obj.get("data") {
         let data = data.as_object().ok_or_else(|| OutputError {
             field: format!("{at}.data"),
@@ -247,8 +231,7 @@ pub fn guess_kind(text: &str) -> OutputKind {
     if t.is_empty() {
         OutputKind::None
     } else if t.starts_with("Traceback (most recent call last)")
-        || t.lines()
-            .any(|l| l.starts_with("Traceback (most recent call last)"))
+        || t.lines().any(|l| l.starts_with("Traceback (most recent call last)"))
     {
         OutputKind::Error
     } else {
@@ -277,10 +260,8 @@ mod tests {
 
     #[test]
     fn error_traceback_loses_ansi() {
-        let outs = vec![
-            json!({"output_type": "error", "ename": "KeyError", "evalue": "'x'",
-            "traceback": ["\u{1b}[0;31mKeyError\u{1b}[0m  Traceback", "\u{1b}[1;32m----> 1\u{1b}[0m d['x']"]}),
-        ];
+        let outs = vec![json!({"output_type": "error", "ename": "KeyError", "evalue": "'x'",
+            "traceback": ["\u{1b}[0;31mKeyError\u{1b}[0m  Traceback", "\u{1b}[1;32m----> 1\u{1b}[0m d['x']"]})];
         let r = render(&outs, "outputs").unwrap();
         assert_eq!(r.text, "KeyError  Traceback\n----> 1 d['x']");
         assert_eq!(r.kind, OutputKind::Error);
@@ -307,22 +288,14 @@ mod tests {
 
     #[test]
     fn error_without_traceback_uses_name_and_value() {
-        let outs = vec![
-            json!({"output_type": "error", "ename": "NameError", "evalue": "name 'x' is not defined"}),
-        ];
-        assert_eq!(
-            render(&outs, "o").unwrap().text,
-            "NameError: name 'x' is not defined"
-        );
+        let outs = vec![json!({"output_type": "error", "ename": "NameError", "evalue": "name 'x' is not defined"})];
+        assert_eq!(render(&outs, "o").unwrap().text, "NameError: name 'x' is not defined");
     }
 
     #[test]
     fn guesses() {
         assert_eq!(guess_kind("  \n"), OutputKind::None);
-        assert_eq!(
-            guess_kind("Traceback (most recent call last):\n  File"),
-            OutputKind::Error
-        );
+        assert_eq!(guess_kind("Traceback (most recent call last):\n  File"), OutputKind::Error);
         assert_eq!(guess_kind("3"), OutputKind::ExecuteResult);
     }
 }

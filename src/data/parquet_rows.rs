@@ -5,7 +5,8 @@
 //! (column name -> value), which [`themisto_rows`](super::themisto_rows) maps
 //! like a JSONL line. Nested groups become objects, lists become arrays, maps
 //! become objects (keys as text); binary columns become UTF-8 text when they
-//! are, else lower-case hex; decimals become their decimal text.
+//! are, a placeholder ([`PICKLED_VALUE`]) when they are a Python pickle (never
+//! unpickled), else lower-case hex; decimals become their decimal text.
 
 use super::DataError;
 use parquet::file::reader::{FileReader, SerializedFileReader};
@@ -13,21 +14,16 @@ use parquet::record::{Field, Row};
 use serde_json::{Map, Number, Value};
 use std::path::Path;
 
+/// How a pickled binary value reads (it is never unpickled): this prefix, its size, `>`.
+pub const PICKLED_VALUE: &str = "<pickled value, ";
+
 /// Every row of a Parquet file, in file order.
 pub fn read_rows(path: &Path) -> Result<Vec<Map<String, Value>>, DataError> {
-    let format_err = |message: String| DataError::Format {
-        path: path.to_path_buf(),
-        message,
-    };
-    let file = std::fs::File::open(path).map_err(|source| DataError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let reader = SerializedFileReader::new(file)
-        .map_err(|e| format_err(format!("not a readable Parquet file: {e}")))?;
-    let rows = reader
-        .get_row_iter(None)
-        .map_err(|e| format_err(format!("cannot read rows: {e}")))?;
+    let format_err = |message: String| DataError::Format { path: path.to_path_buf(), message };
+    let file = std::fs::File::open(path).map_err(|source| DataError::Io { path: path.to_path_buf(), source })?;
+    let reader =
+        SerializedFileReader::new(file).map_err(|e| format_err(format!("not a readable Parquet file: {e}")))?;
+    let rows = reader.get_row_iter(None).map_err(|e| format_err(format!("cannot read rows: {e}")))?;
     let mut out = Vec::new();
     for (i, row) in rows.enumerate() {
         let row = row.map_err(|e| format_err(format!("row {}: cannot decode: {e}", i + 1)))?;
@@ -36,11 +32,20 @@ pub fn read_rows(path: &Path) -> Result<Vec<Map<String, Value>>, DataError> {
     Ok(out)
 }
 
+/// The top-level column names of a Parquet file.
+pub fn column_names(path: &Path) -> Result<Vec<String>, DataError> {
+    let file = std::fs::File::open(path).map_err(|source| DataError::Io { path: path.to_path_buf(), source })?;
+    let reader = SerializedFileReader::new(file).map_err(|e| DataError::Format {
+        path: path.to_path_buf(),
+        message: format!("not a readable Parquet file: {e}"),
+    })?;
+    let schema = reader.metadata().file_metadata().schema_descr();
+    Ok(schema.root_schema().get_fields().iter().map(|f| f.name().to_string()).collect())
+}
+
 /// A row as a JSON object, column order kept.
 pub fn row_to_map(row: &Row) -> Map<String, Value> {
-    row.get_column_iter()
-        .map(|(name, field)| (name.clone(), field_to_json(field)))
-        .collect()
+    row.get_column_iter().map(|(name, field)| (name.clone(), field_to_json(field))).collect()
 }
 
 fn float(f: f64) -> Value {
@@ -64,18 +69,17 @@ pub fn field_to_json(field: &Field) -> Value {
         Field::Float(v) => float(f64::from(*v)),
         Field::Double(v) => float(*v),
         Field::Str(s) => Value::from(s.as_str()),
+        Field::Bytes(b) if super::archive::bytes_are_pickle(b.data()) => {
+            Value::from(format!("{PICKLED_VALUE}{} bytes>", b.data().len()))
+        }
         Field::Bytes(b) => match std::str::from_utf8(b.data()) {
             Ok(s) => Value::from(s),
             Err(_) => Value::from(crate::util::hex(b.data())),
         },
         Field::Date(v) | Field::TimeMillis(v) => Value::from(*v),
-        Field::TimeMicros(v) | Field::TimestampMillis(v) | Field::TimestampMicros(v) => {
-            Value::from(*v)
-        }
+        Field::TimeMicros(v) | Field::TimestampMillis(v) | Field::TimestampMicros(v) => Value::from(*v),
         Field::Group(row) => Value::Object(row_to_map(row)),
-        Field::ListInternal(list) => {
-            Value::Array(list.elements().iter().map(field_to_json).collect())
-        }
+        Field::ListInternal(list) => Value::Array(list.elements().iter().map(field_to_json).collect()),
         Field::MapInternal(map) => {
             let mut obj = Map::new();
             for (k, v) in map.entries() {

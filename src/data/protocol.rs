@@ -8,7 +8,8 @@
 //! Per task (next_cell: the target is the step's code; output: its output):
 //! 1. Candidates: steps with at least [`MIN_PRIOR_STEPS`] (5) earlier steps
 //!    in their trajectory.
-//! 2. Drop empty targets (whitespace only).
+//! 2. Drop empty targets (whitespace only), and output targets whose text
+//!    the source did not log (`Step::output_known`; counted as empty).
 //! 3. Target length is its number of Unicode scalar values (chars). Drop the
 //!    targets longer than the 0.99 quantile of the lengths left after step 2.
 //! 4. Quartiles Q1, Q3 of the lengths left after step 3. Strata: bottom
@@ -92,11 +93,7 @@ pub struct ProtocolOutcome {
 /// Per-stratum targets for `per_task`: 200 -> 10 / 180 / 10.
 pub fn stratum_targets(per_task: usize) -> Strata {
     let tail = (per_task + 10) / 20;
-    Strata {
-        bottom: tail,
-        middle: per_task - 2 * tail,
-        top: tail,
-    }
+    Strata { bottom: tail, middle: per_task - 2 * tail, top: tail }
 }
 
 /// Type-7 quantile of sorted values; `None` when empty.
@@ -114,11 +111,7 @@ pub fn quantile(sorted: &[usize], q: f64) -> Option<f64> {
 
 /// Run the protocol. `per_task` is 200 in the paper.
 pub fn themisto_protocol(dataset: &Dataset, seed: u64, per_task: usize) -> ProtocolOutcome {
-    let mut outcome = ProtocolOutcome {
-        refs: Vec::new(),
-        warnings: Vec::new(),
-        tasks: Vec::new(),
-    };
+    let mut outcome = ProtocolOutcome { refs: Vec::new(), warnings: Vec::new(), tasks: Vec::new() };
     for (stream, task) in Task::ALL.into_iter().enumerate() {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         rng.set_stream(stream as u64);
@@ -157,18 +150,11 @@ fn draw_task(
         for s in t.steps.iter().skip(MIN_PRIOR_STEPS) {
             draw.candidates += 1;
             let target = task.reference(s);
-            if target.trim().is_empty() {
+            if !task.has_target(s) {
                 draw.empty_dropped += 1;
                 continue;
             }
-            pool.push((
-                target.chars().count(),
-                SampleRef {
-                    task,
-                    trajectory: t.id.clone(),
-                    step: s.step,
-                },
-            ));
+            pool.push((target.chars().count(), SampleRef { task, trajectory: t.id.clone(), step: s.step }));
         }
     }
     pool.sort_by(|a, b| a.1.cmp(&b.1));
@@ -196,11 +182,7 @@ fn draw_task(
         };
         strata[i].push(r);
     }
-    draw.available = Strata {
-        bottom: strata[0].len(),
-        middle: strata[1].len(),
-        top: strata[2].len(),
-    };
+    draw.available = Strata { bottom: strata[0].len(), middle: strata[1].len(), top: strata[2].len() };
     let wanted = [draw.wanted.bottom, draw.wanted.middle, draw.wanted.top];
     let names = ["bottom quartile", "middle quartiles", "top quartile"];
     let mut chosen = Vec::new();
@@ -213,11 +195,7 @@ fn draw_task(
         chosen.extend(strata[i].drain(..take));
         rest.append(&mut strata[i]);
     }
-    draw.drawn = Strata {
-        bottom: got[0],
-        middle: got[1],
-        top: got[2],
-    };
+    draw.drawn = Strata { bottom: got[0], middle: got[1], top: got[2] };
     let shortfall: usize = wanted.iter().sum::<usize>() - got.iter().sum::<usize>();
     if shortfall > 0 {
         rest.sort();
@@ -242,9 +220,7 @@ fn draw_task(
                 draw.over_cap_dropped
             ));
         } else {
-            warnings.push(format!(
-                "task {task}: {fill} samples drawn from the other strata to reach {per_task}"
-            ));
+            warnings.push(format!("task {task}: {fill} samples drawn from the other strata to reach {per_task}"));
         }
     }
     (chosen, draw, warnings)
@@ -252,11 +228,7 @@ fn draw_task(
 
 /// Check that every ref names a step of the dataset; the error lists the first misses.
 pub fn check_refs(dataset: &Dataset, refs: &[SampleRef]) -> Result<(), String> {
-    let lens: HashMap<&str, usize> = dataset
-        .trajectories
-        .iter()
-        .map(|t| (t.id.as_str(), t.steps.len()))
-        .collect();
+    let lens: HashMap<&str, usize> = dataset.trajectories.iter().map(|t| (t.id.as_str(), t.steps.len())).collect();
     let missing: Vec<String> = refs
         .iter()
         .filter(|r| lens.get(r.trajectory.as_str()).is_none_or(|n| r.step >= *n))
@@ -266,11 +238,7 @@ pub fn check_refs(dataset: &Dataset, refs: &[SampleRef]) -> Result<(), String> {
     if missing.is_empty() {
         Ok(())
     } else {
-        Err(format!(
-            "samples not in dataset {}: {}",
-            dataset.name,
-            missing.join("; ")
-        ))
+        Err(format!("samples not in dataset {}: {}", dataset.name, missing.join("; ")))
     }
 }
 
@@ -286,10 +254,7 @@ pub fn write_sample_list<W: Write>(refs: &[SampleRef], mut out: W) -> std::io::R
 /// Read a sample list written by `data sample`; blank lines are ignored,
 /// other fields are allowed, a repeated ref is an error.
 pub fn read_sample_list(path: &Path) -> Result<Vec<SampleRef>, DataError> {
-    let text = std::fs::read_to_string(path).map_err(|source| DataError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let text = std::fs::read_to_string(path).map_err(|source| DataError::Io { path: path.to_path_buf(), source })?;
     let mut refs = Vec::new();
     let mut first_line: HashMap<SampleRef, usize> = HashMap::new();
     for (i, line) in text.lines().enumerate() {
@@ -316,11 +281,7 @@ pub fn read_sample_list(path: &Path) -> Result<Vec<SampleRef>, DataError> {
             Some(s) => s as usize,
             None => return Err(err("step", "missing or not a non-negative integer".into())),
         };
-        let r = SampleRef {
-            task,
-            trajectory,
-            step,
-        };
+        let r = SampleRef { task, trajectory, step };
         if let Some(prev) = first_line.insert(r.clone(), i + 1) {
             return Err(err("step", format!("the same sample as line {prev}")));
         }
@@ -346,23 +307,9 @@ mod tests {
 
     #[test]
     fn targets_split_200_as_paper() {
-        assert_eq!(
-            stratum_targets(200),
-            Strata {
-                bottom: 10,
-                middle: 180,
-                top: 10
-            }
-        );
+        assert_eq!(stratum_targets(200), Strata { bottom: 10, middle: 180, top: 10 });
         assert_eq!(stratum_targets(100).total(), 100);
         assert_eq!(stratum_targets(0).total(), 0);
-        assert_eq!(
-            stratum_targets(1),
-            Strata {
-                bottom: 0,
-                middle: 1,
-                top: 0
-            }
-        );
+        assert_eq!(stratum_targets(1), Strata { bottom: 0, middle: 1, top: 0 });
     }
 }

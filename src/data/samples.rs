@@ -35,6 +35,13 @@ impl Task {
             Task::Output => &step.output,
         }
     }
+
+    /// Whether a step has a target for this task: a non-empty reference
+    /// (after trimming whitespace) that is what the notebook showed (an output
+    /// logged without its text is none, see [`Step::output_known`]).
+    pub fn has_target(self, step: &Step) -> bool {
+        !self.reference(step).trim().is_empty() && (self == Task::NextCell || step.output_known())
+    }
 }
 
 impl std::fmt::Display for Task {
@@ -49,9 +56,7 @@ impl std::str::FromStr for Task {
         match s {
             "next_cell" | "next-cell" => Ok(Task::NextCell),
             "output" => Ok(Task::Output),
-            other => Err(format!(
-                "unknown task {other:?}; known tasks: next-cell, output"
-            )),
+            other => Err(format!("unknown task {other:?}; known tasks: next-cell, output")),
         }
     }
 }
@@ -92,13 +97,7 @@ impl Sample {
 pub fn sample_id(dataset: &str, trajectory: &str, step: usize, task: Task, runtime: bool) -> String {
     let mut h = Sha256::new();
     h.update(b"themisto-sample-v1\0");
-    for part in [
-        dataset,
-        trajectory,
-        &step.to_string(),
-        task.as_str(),
-        if runtime { "1" } else { "0" },
-    ] {
+    for part in [dataset, trajectory, &step.to_string(), task.as_str(), if runtime { "1" } else { "0" }] {
         h.update(part.as_bytes());
         h.update([0u8]);
     }
@@ -122,19 +121,15 @@ pub fn limit_key(seed: u64, dataset: &str, r: &SampleRef) -> [u8; 32] {
 }
 
 /// Every step that can be a sample for `task`: it has at least `min_prior`
-/// earlier steps and a non-empty target (after trimming whitespace).
+/// earlier steps and a target ([`Task::has_target`]).
 pub fn candidates(dataset: &Dataset, task: Task, min_prior: usize) -> Vec<SampleRef> {
     let mut out = Vec::new();
     for t in &dataset.trajectories {
         for s in t.steps.iter().skip(min_prior) {
-            if task.reference(s).trim().is_empty() {
+            if !task.has_target(s) {
                 continue;
             }
-            out.push(SampleRef {
-                task,
-                trajectory: t.id.clone(),
-                step: s.step,
-            });
+            out.push(SampleRef { task, trajectory: t.id.clone(), step: s.step });
         }
     }
     out
@@ -151,9 +146,7 @@ pub fn apply_limit(dataset: &Dataset, refs: Vec<SampleRef>, limit: usize, seed: 
         of_task.truncate(limit);
         out.extend(of_task.into_iter().cloned());
     }
-    out.sort_by(|a, b| {
-        (a.task, traj_index(&a.trajectory), a.step).cmp(&(b.task, traj_index(&b.trajectory), b.step))
-    });
+    out.sort_by_key(|a| (a.task, traj_index(&a.trajectory), a.step));
     out
 }
 
@@ -171,10 +164,7 @@ mod tests {
         assert_ne!(a, sample_id("sample", "t1", 6, Task::NextCell, false));
         assert_ne!(a, sample_id("other", "t1", 5, Task::NextCell, false));
         // Separators keep ("t1", 15) and ("t11", 5) apart.
-        assert_ne!(
-            sample_id("s", "t1", 15, Task::Output, false),
-            sample_id("s", "t11", 5, Task::Output, false)
-        );
+        assert_ne!(sample_id("s", "t1", 15, Task::Output, false), sample_id("s", "t11", 5, Task::Output, false));
     }
 
     #[test]

@@ -5,9 +5,11 @@
 //! columns) to canonical steps. Rows are grouped by `kernel_id`
 //! (trajectories in order of first appearance); steps keep row order.
 //!
-//! The release's exact runtime column names could not be checked when this
-//! was written, so each canonical field accepts the names below, first match
-//! wins; a column used for nothing else, and any alias left over, goes to the
+//! The release on the hub (`konstantgr/themisto`, split `train`) has the
+//! fields `kernel_id`, `code`, `output`, `execution_time` (seconds),
+//! `memory_bytes`, `runtime_variables` (name -> size and repr) and
+//! `hash_index` (the state hash); other producers use other names, so each
+//! canonical field accepts the names below, first match wins; a column used for nothing else, and any alias left over, goes to the
 //! step's `extra` (null values are dropped).
 //!
 //! | canonical | accepted columns |
@@ -21,15 +23,16 @@
 //! | `runtime.exec_time_s` | `exec_time_s`, `execution_time_s`, `execution_time`, `exec_time`, `elapsed_s`, `elapsed`, `duration_s`, `duration`; milliseconds: `exec_time_ms`, `execution_time_ms`, `elapsed_ms`, `duration_ms` |
 //! | `runtime.memory_bytes` | `memory_bytes`, `memory`, `memory_usage`, `memory_usage_bytes`, `mem_bytes`, `ram_bytes`; MiB: `memory_mb`, `memory_usage_mb`, `mem_mb`, `memory_mib` |
 //! | `runtime.variables` | `variables`, `vars`, `runtime_variables`, `variables_info`, `namespace`, `env_variables` |
-//! | `runtime.state_hash` | `state_hash`, `state_digest`, `env_hash`, `environment_hash`, `snapshot_hash` |
+//! | `runtime.state_hash` | `state_hash`, `hash_index` (the release), `state_digest`, `env_hash`, `environment_hash`, `snapshot_hash` |
 //!
 //! Variables may be a list of objects, an object of name -> object (or name ->
-//! repr text), or either as JSON text. Per variable: `name` (`var_name`,
+//! repr text, or name -> `[size, repr]`), or either as JSON text. Per variable: `name` (`var_name`,
 //! `variable`), `type` (`type_name`, `var_type`, `class`), `size_bytes`
 //! (`size`, `nbytes`, `memory_bytes`, `memory`), `repr` (`value`, `preview`,
 //! `summary`, `str`), `shape` (a list, or text like `(891, 12)`), `len`
 //! (`length`). Numbers may be given as text.
 
+use super::containers::{self, FieldErr};
 use super::nbout::{self, json_type};
 use super::{DataError, OutputKind, Place, RuntimeSnapshot, Step, Trajectory, Variable};
 use serde_json::{Map, Value};
@@ -50,36 +53,12 @@ const EXEC_S: &[&str] = &[
     "duration_s",
     "duration",
 ];
-const EXEC_MS: &[&str] = &[
-    "exec_time_ms",
-    "execution_time_ms",
-    "elapsed_ms",
-    "duration_ms",
-];
-const MEM_BYTES: &[&str] = &[
-    "memory_bytes",
-    "memory",
-    "memory_usage",
-    "memory_usage_bytes",
-    "mem_bytes",
-    "ram_bytes",
-];
+const EXEC_MS: &[&str] = &["exec_time_ms", "execution_time_ms", "elapsed_ms", "duration_ms"];
+const MEM_BYTES: &[&str] = &["memory_bytes", "memory", "memory_usage", "memory_usage_bytes", "mem_bytes", "ram_bytes"];
 const MEM_MIB: &[&str] = &["memory_mb", "memory_usage_mb", "mem_mb", "memory_mib"];
-const VARIABLES: &[&str] = &[
-    "variables",
-    "vars",
-    "runtime_variables",
-    "variables_info",
-    "namespace",
-    "env_variables",
-];
-const STATE_HASH: &[&str] = &[
-    "state_hash",
-    "state_digest",
-    "env_hash",
-    "environment_hash",
-    "snapshot_hash",
-];
+const VARIABLES: &[&str] = &["variables", "vars", "runtime_variables", "variables_info", "namespace", "env_variables"];
+const STATE_HASH: &[&str] =
+    &["state_hash", "hash_index", "state_digest", "env_hash", "environment_hash", "snapshot_hash"];
 
 /// Fields that tell Themisto rows from other JSON rows: any trajectory-id alias.
 pub fn looks_like_rows(obj: &Map<String, Value>) -> bool {
@@ -95,73 +74,19 @@ pub struct RowsRead {
     pub skipped: Vec<DataError>,
 }
 
-type FieldErr = (String, String);
-
 /// Read a JSONL file of rows (blank lines ignored).
 pub fn read_jsonl(path: &Path, skip_invalid: bool) -> Result<RowsRead, DataError> {
-    let text = read_text(path)?;
-    let rows = text
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-        .map(|(i, line)| {
-            let parsed = match serde_json::from_str::<Value>(line) {
-                Ok(Value::Object(m)) => Ok(m),
-                Ok(other) => Err((
-                    "(row)".to_string(),
-                    format!("expected a JSON object, found {}", json_type(&other)),
-                )),
-                Err(e) => Err(("(row)".to_string(), format!("invalid JSON: {e}"))),
-            };
-            (Place::Line(i + 1), parsed)
-        });
-    build(rows, path, skip_invalid)
+    build(containers::jsonl_rows(path)?.into_iter(), path, skip_invalid)
 }
 
 /// Read a JSON file holding an array of rows.
 pub fn read_json_array(path: &Path, skip_invalid: bool) -> Result<RowsRead, DataError> {
-    let text = read_text(path)?;
-    let doc: Value = serde_json::from_str(&text).map_err(|e| DataError::Invalid {
-        path: path.to_path_buf(),
-        line: e.line(),
-        message: format!("invalid JSON: {e}"),
-    })?;
-    let Value::Array(items) = doc else {
-        return Err(DataError::Format {
-            path: path.to_path_buf(),
-            message: format!("expected a JSON array of rows, found {}", json_type(&doc)),
-        });
-    };
-    let rows = items.into_iter().enumerate().map(|(i, v)| {
-        let parsed = match v {
-            Value::Object(m) => Ok(m),
-            other => Err((
-                "(row)".to_string(),
-                format!("expected a JSON object, found {}", json_type(&other)),
-            )),
-        };
-        (Place::Row(i + 1), parsed)
-    });
-    build(rows, path, skip_invalid)
+    build(containers::json_array_rows(path)?.into_iter(), path, skip_invalid)
 }
 
 /// Read a Parquet file of rows.
 pub fn read_parquet(path: &Path, skip_invalid: bool) -> Result<RowsRead, DataError> {
-    let rows = super::parquet_rows::read_rows(path)?;
-    build(
-        rows.into_iter()
-            .enumerate()
-            .map(|(i, m)| (Place::Row(i + 1), Ok(m))),
-        path,
-        skip_invalid,
-    )
-}
-
-fn read_text(path: &Path) -> Result<String, DataError> {
-    std::fs::read_to_string(path).map_err(|source| DataError::Io {
-        path: path.to_path_buf(),
-        source,
-    })
+    build(containers::rows(path, containers::Container::Parquet)?.into_iter(), path, skip_invalid)
 }
 
 /// Group mapped rows into trajectories.
@@ -171,12 +96,7 @@ where
 {
     let mut order: Vec<String> = Vec::new();
     let mut groups: HashMap<String, Vec<Step>> = HashMap::new();
-    let mut read = RowsRead {
-        trajectories: Vec::new(),
-        rows: 0,
-        steps_with_runtime: 0,
-        skipped: Vec::new(),
-    };
+    let mut read = RowsRead { trajectories: Vec::new(), rows: 0, steps_with_runtime: 0, skipped: Vec::new() };
     for (place, row) in rows {
         read.rows += 1;
         match row.and_then(row_to_step) {
@@ -186,18 +106,10 @@ where
                     order.push(id);
                     Vec::new()
                 });
-                steps.push(Step {
-                    step: steps.len(),
-                    ..step
-                });
+                steps.push(Step { step: steps.len(), ..step });
             }
             Err((field, message)) => {
-                let err = DataError::Field {
-                    path: path.to_path_buf(),
-                    place,
-                    field,
-                    message,
-                };
+                let err = DataError::Field { path: path.to_path_buf(), place, field, message };
                 if !skip_invalid {
                     return Err(err);
                 }
@@ -229,10 +141,7 @@ fn text(v: Value, field: &str) -> Result<String, FieldErr> {
     match v {
         Value::String(s) => Ok(s),
         Value::Number(n) => Ok(n.to_string()),
-        other => Err((
-            field.to_string(),
-            format!("expected text, found {}", json_type(&other)),
-        )),
+        other => Err((field.to_string(), format!("expected text, found {}", json_type(&other)))),
     }
 }
 
@@ -242,21 +151,14 @@ fn number(v: &Value, field: &str) -> Result<f64, FieldErr> {
         Value::String(s) => s.trim().parse::<f64>().ok(),
         _ => None,
     };
-    n.filter(|f| f.is_finite() && *f >= 0.0).ok_or_else(|| {
-        (
-            field.to_string(),
-            format!("expected a non-negative number, found {v}"),
-        )
-    })
+    n.filter(|f| f.is_finite() && *f >= 0.0)
+        .ok_or_else(|| (field.to_string(), format!("expected a non-negative number, found {v}")))
 }
 
 fn count(v: &Value, field: &str) -> Result<u64, FieldErr> {
     let f = number(v, field)?;
     if f.fract() != 0.0 {
-        return Err((
-            field.to_string(),
-            format!("expected a whole number, found {v}"),
-        ));
+        return Err((field.to_string(), format!("expected a whole number, found {v}")));
     }
     Ok(f as u64)
 }
@@ -264,21 +166,13 @@ fn count(v: &Value, field: &str) -> Result<u64, FieldErr> {
 /// One row as (trajectory id, step); `step.step` is set by the caller.
 pub fn row_to_step(mut row: Map<String, Value>) -> Result<(String, Step), FieldErr> {
     let (id_key, id) = take(&mut row, TRAJECTORY).ok_or_else(|| {
-        (
-            "kernel_id".to_string(),
-            format!("missing (also looked for {})", TRAJECTORY[1..].join(", ")),
-        )
+        ("kernel_id".to_string(), format!("missing (also looked for {})", TRAJECTORY[1..].join(", ")))
     })?;
     let id = text(id, &id_key)?;
     let code = match take(&mut row, CODE) {
         Some((k, v)) => text(v, &k)?,
         None if CODE.iter().any(|k| row.contains_key(*k)) => String::new(),
-        None => {
-            return Err((
-                "code".into(),
-                format!("missing (also looked for {})", CODE[1..].join(", ")),
-            ))
-        }
+        None => return Err(("code".into(), format!("missing (also looked for {})", CODE[1..].join(", ")))),
     };
     let (mut output, mut kind, mut has_image, mut stderr) = (String::new(), None, false, None);
     if let Some((k, v)) = take(&mut row, OUTPUT) {
@@ -301,28 +195,14 @@ pub fn row_to_step(mut row: Map<String, Value>) -> Result<(String, Step), FieldE
             Value::Bool(b) => b,
             Value::Number(n) => n.as_f64() != Some(0.0),
             Value::String(s) if matches!(s.to_ascii_lowercase().as_str(), "true" | "1") => true,
-            Value::String(s) if matches!(s.to_ascii_lowercase().as_str(), "false" | "0" | "") => {
-                false
-            }
+            Value::String(s) if matches!(s.to_ascii_lowercase().as_str(), "false" | "0" | "") => false,
             other => return Err((k, format!("expected a boolean, found {other}"))),
         };
     }
     let runtime = runtime(&mut row)?;
     let extra = row.into_iter().filter(|(_, v)| !v.is_null()).collect();
     let output_kind = kind.unwrap_or_else(|| nbout::guess_kind(&output));
-    Ok((
-        id,
-        Step {
-            step: 0,
-            code,
-            output,
-            output_kind,
-            stderr,
-            has_image,
-            runtime,
-            extra,
-        },
-    ))
+    Ok((id, Step { step: 0, code, output, output_kind, stderr, has_image, runtime, extra }))
 }
 
 fn output_kind(s: &str, field: &str) -> Result<OutputKind, FieldErr> {
@@ -343,9 +223,7 @@ fn output_kind(s: &str, field: &str) -> Result<OutputKind, FieldErr> {
 
 fn runtime(row: &mut Map<String, Value>) -> Result<Option<RuntimeSnapshot>, FieldErr> {
     if let Some((k, v)) = take(row, &["runtime"]) {
-        return serde_json::from_value(v)
-            .map(Some)
-            .map_err(|e| (k, format!("not a runtime object: {e}")));
+        return serde_json::from_value(v).map(Some).map_err(|e| (k, format!("not a runtime object: {e}")));
     }
     let mut snap = RuntimeSnapshot::default();
     let mut any = false;
@@ -378,22 +256,19 @@ fn runtime(row: &mut Map<String, Value>) -> Result<Option<RuntimeSnapshot>, Fiel
 pub fn variables(v: Value, field: &str) -> Result<Vec<Variable>, FieldErr> {
     match v {
         Value::String(s) if s.trim().is_empty() => Ok(Vec::new()),
+        Value::String(s) if s.starts_with(super::parquet_rows::PICKLED_VALUE) => {
+            Err((field.to_string(), super::archive::pickle_refusal("the value")))
+        }
         Value::String(s) => match serde_json::from_str::<Value>(&s) {
             Ok(inner @ (Value::Array(_) | Value::Object(_))) => variables(inner, field),
-            _ => Err((
-                field.to_string(),
-                "expected a list or object of variables (or its JSON text)".into(),
-            )),
+            _ => Err((field.to_string(), "expected a list or object of variables (or its JSON text)".into())),
         },
         Value::Array(items) => items
             .into_iter()
             .enumerate()
             .map(|(i, item)| match item {
                 Value::Object(m) => variable(m, None, &format!("{field}[{i}]")),
-                other => Err((
-                    format!("{field}[{i}]"),
-                    format!("expected an object, found {}", json_type(&other)),
-                )),
+                other => Err((format!("{field}[{i}]"), format!("expected an object, found {}", json_type(&other)))),
             })
             .collect(),
         Value::Object(map) => map
@@ -402,36 +277,29 @@ pub fn variables(v: Value, field: &str) -> Result<Vec<Variable>, FieldErr> {
                 let at = format!("{field}.{name}");
                 match info {
                     Value::Object(m) => variable(m, Some(name), &at),
-                    Value::String(repr) => Ok(Variable {
-                        name,
-                        type_name: String::new(),
-                        size_bytes: None,
-                        repr,
-                        shape: None,
-                        len: None,
-                    }),
-                    other => Err((
-                        at,
-                        format!("expected an object or text, found {}", json_type(&other)),
-                    )),
+                    Value::String(repr) => {
+                        Ok(Variable { name, type_name: String::new(), size_bytes: None, repr, shape: None, len: None })
+                    }
+                    // The release's `(size, repr)` pairs.
+                    Value::Array(pair) if pair.len() == 2 => {
+                        let size_bytes = Some(count(&pair[0], &format!("{at}[0]"))?);
+                        let repr = match &pair[1] {
+                            Value::String(s) => s.clone(),
+                            other => other.to_string(),
+                        };
+                        Ok(Variable { name, type_name: String::new(), size_bytes, repr, shape: None, len: None })
+                    }
+                    other => Err((at, format!("expected an object or text, found {}", json_type(&other)))),
                 }
             })
             .collect(),
-        other => Err((
-            field.to_string(),
-            format!(
-                "expected a list or object of variables, found {}",
-                json_type(&other)
-            ),
-        )),
+        other => {
+            Err((field.to_string(), format!("expected a list or object of variables, found {}", json_type(&other))))
+        }
     }
 }
 
-fn variable(
-    mut m: Map<String, Value>,
-    name: Option<String>,
-    at: &str,
-) -> Result<Variable, FieldErr> {
+fn variable(mut m: Map<String, Value>, name: Option<String>, at: &str) -> Result<Variable, FieldErr> {
     let sub = |k: &str| format!("{at}.{k}");
     let name = match (take(&mut m, &["name", "var_name", "variable"]), name) {
         (Some((k, v)), _) => text(v, &sub(&k))?,
@@ -442,10 +310,7 @@ fn variable(
         Some((k, v)) => text(v, &sub(&k))?,
         None => String::new(),
     };
-    let size_bytes = match take(
-        &mut m,
-        &["size_bytes", "size", "nbytes", "memory_bytes", "memory"],
-    ) {
+    let size_bytes = match take(&mut m, &["size_bytes", "size", "nbytes", "memory_bytes", "memory"]) {
         Some((k, v)) => Some(count(&v, &sub(&k))?),
         None => None,
     };
@@ -455,23 +320,14 @@ fn variable(
         None => String::new(),
     };
     let shape = match take(&mut m, &["shape"]) {
-        Some((k, v)) => Some(
-            shape(&v).ok_or_else(|| (sub(&k), format!("expected a list of sizes, found {v}")))?,
-        ),
+        Some((k, v)) => Some(shape(&v).ok_or_else(|| (sub(&k), format!("expected a list of sizes, found {v}")))?),
         None => None,
     };
     let len = match take(&mut m, &["len", "length"]) {
         Some((k, v)) => Some(count(&v, &sub(&k))?),
         None => None,
     };
-    Ok(Variable {
-        name,
-        type_name,
-        size_bytes,
-        repr,
-        shape,
-        len,
-    })
+    Ok(Variable { name, type_name, size_bytes, repr, shape, len })
 }
 
 /// `[891, 12]`, or text such as `(891, 12)` / `891x12`.
@@ -479,9 +335,7 @@ fn shape(v: &Value) -> Option<Vec<u64>> {
     match v {
         Value::Array(items) => items.iter().map(Value::as_u64).collect(),
         Value::String(s) => s
-            .trim_matches(|c: char| {
-                c == '(' || c == ')' || c == '[' || c == ']' || c.is_whitespace()
-            })
+            .trim_matches(|c: char| c == '(' || c == ')' || c == '[' || c == ']' || c.is_whitespace())
             .split([',', 'x'])
             .map(str::trim)
             .filter(|p| !p.is_empty())
@@ -520,29 +374,16 @@ mod tests {
 
     #[test]
     fn missing_code_and_bad_kind_name_the_field() {
-        assert_eq!(
-            row_to_step(obj(json!({"kernel_id": "k"}))).unwrap_err().0,
-            "code"
-        );
-        let e = row_to_step(obj(
-            json!({"kernel_id": "k", "code": "", "output_kind": "weird"}),
-        ))
-        .unwrap_err();
+        assert_eq!(row_to_step(obj(json!({"kernel_id": "k"}))).unwrap_err().0, "code");
+        let e = row_to_step(obj(json!({"kernel_id": "k", "code": "", "output_kind": "weird"}))).unwrap_err();
         assert_eq!(e.0, "output_kind");
-        let e = row_to_step(obj(
-            json!({"kernel_id": "k", "code": "", "variables": [{"type": "int"}]}),
-        ))
-        .unwrap_err();
+        let e = row_to_step(obj(json!({"kernel_id": "k", "code": "", "variables": [{"type": "int"}]}))).unwrap_err();
         assert_eq!(e.0, "variables[0].name");
     }
 
     #[test]
     fn variables_as_name_map() {
-        let v = variables(
-            json!({"x": {"type": "int", "value": 3}, "s": "'hi'"}),
-            "variables",
-        )
-        .unwrap();
+        let v = variables(json!({"x": {"type": "int", "value": 3}, "s": "'hi'"}), "variables").unwrap();
         assert_eq!(v.len(), 2);
         assert_eq!(v[0].name, "x");
         assert_eq!(v[0].repr, "3");

@@ -58,8 +58,7 @@ pub struct Pair<'a> {
 /// everywhere (value and both interval ends); a single pair gives intervals
 /// equal to its scores.
 pub fn aggregate(pairs: &[Pair<'_>], _opts: &MetricOptions, seed: u64) -> GroupMetrics {
-    let column =
-        |f: fn(&Scores) -> f64| -> Vec<f64> { pairs.iter().map(|p| f(&p.scores)).collect() };
+    let column = |f: fn(&Scores) -> f64| -> Vec<f64> { pairs.iter().map(|p| f(&p.scores)).collect() };
     let columns = [
         column(|s| s.exact_match),
         column(|s| s.exact_match_ws),
@@ -86,19 +85,12 @@ pub fn aggregate_extra(pairs: &[Pair<'_>], opts: &MetricOptions, seed: u64) -> E
     let mut out = ExtraGroupMetrics::default();
     if opts.chrf_word_order > 0 {
         let c = Chrf::with_word_order(opts.chrf_word_order);
-        let col: Vec<f64> = pairs
-            .iter()
-            .map(|p| c.sentence_score(p.prediction, p.reference))
-            .collect();
+        let col: Vec<f64> = pairs.iter().map(|p| c.sentence_score(p.prediction, p.reference)).collect();
         out.chrf_pp = Some(mean_intervals(&[&col], RESAMPLES, seed)[0]);
-        out.chrf_pp_corpus =
-            Some(c.corpus_score(pairs.iter().map(|p| (p.prediction, p.reference))));
+        out.chrf_pp_corpus = Some(c.corpus_score(pairs.iter().map(|p| (p.prediction, p.reference))));
     }
     if opts.rouge_lsum {
-        let col: Vec<f64> = pairs
-            .iter()
-            .map(|p| rouge_lsum(p.prediction, p.reference))
-            .collect();
+        let col: Vec<f64> = pairs.iter().map(|p| rouge_lsum(p.prediction, p.reference)).collect();
         out.rouge_lsum = Some(mean_intervals(&[&col], RESAMPLES, seed)[0]);
     }
     out
@@ -111,14 +103,7 @@ mod tests {
 
     fn pairs<'a>(texts: &'a [(&'a str, &'a str)]) -> Vec<Pair<'a>> {
         let opts = MetricOptions::default();
-        texts
-            .iter()
-            .map(|&(p, r)| Pair {
-                prediction: p,
-                reference: r,
-                scores: score(p, r, &opts),
-            })
-            .collect()
+        texts.iter().map(|&(p, r)| Pair { prediction: p, reference: r, scores: score(p, r, &opts) }).collect()
     }
 
     #[test]
@@ -128,10 +113,7 @@ mod tests {
         let text = json.to_string();
         assert!(!text.contains("NaN") && !text.contains("null"), "{text}");
         assert_eq!(g.chrf_corpus, 0.0);
-        assert_eq!(
-            (g.rouge_l.value, g.rouge_l.ci_low, g.rouge_l.ci_high),
-            (0.0, 0.0, 0.0)
-        );
+        assert_eq!((g.rouge_l.value, g.rouge_l.ci_low, g.rouge_l.ci_high), (0.0, 0.0, 0.0));
     }
 
     #[test]
@@ -145,11 +127,7 @@ mod tests {
         // corpus: order 1 hyp 4, ref 5, match 3; order 2 hyp 1, ref 2, match 1
         // avg P = (3/4 + 1) / 2 = 7/8; avg R = (3/5 + 1/2) / 2 = 11/20
         // F = 5 * 7/8 * 11/20 / (4 * 7/8 + 11/20) = (77/32) / (81/20) = 385/648
-        assert!(
-            (g.chrf_corpus - 38500.0 / 648.0).abs() < 1e-12,
-            "{}",
-            g.chrf_corpus
-        );
+        assert!((g.chrf_corpus - 38500.0 / 648.0).abs() < 1e-12, "{}", g.chrf_corpus);
         assert!(g.chrf.ci_low <= g.chrf.value && g.chrf.value <= g.chrf.ci_high);
         assert_eq!(g, aggregate(&pairs(&texts), &MetricOptions::default(), 5));
     }
@@ -158,10 +136,7 @@ mod tests {
     fn extras_share_resamples_with_main_aggregate() {
         let texts = [("a b", "a b"), ("c", "d"), ("e f", "e g"), ("h", "h")];
         let ps = pairs(&texts);
-        let opts = MetricOptions {
-            chrf_word_order: 0,
-            rouge_lsum: true,
-        };
+        let opts = MetricOptions { chrf_word_order: 0, rouge_lsum: true };
         let main = aggregate(&ps, &opts, 9);
         let extra = aggregate_extra(&ps, &opts, 9);
         // One line each, so rougeLsum equals rougeL per pair, and so do the intervals.

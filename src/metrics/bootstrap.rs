@@ -53,20 +53,10 @@ pub fn resampled_means(columns: &[&[f64]], resamples: usize, seed: u64) -> Vec<V
 /// to the mean.
 pub fn mean_intervals(columns: &[&[f64]], resamples: usize, seed: u64) -> Vec<MetricValue> {
     let n = columns.first().map_or(0, |c| c.len());
-    assert!(
-        columns.iter().all(|c| c.len() == n),
-        "bootstrap columns of different lengths"
-    );
+    assert!(columns.iter().all(|c| c.len() == n), "bootstrap columns of different lengths");
     let values: Vec<f64> = columns.iter().map(|c| mean(c)).collect();
     if n == 0 || resamples == 0 {
-        return values
-            .iter()
-            .map(|&v| MetricValue {
-                value: v,
-                ci_low: v,
-                ci_high: v,
-            })
-            .collect();
+        return values.iter().map(|&v| MetricValue { value: v, ci_low: v, ci_high: v }).collect();
     }
     let mut draws = resampled_means(columns, resamples, seed);
     let low = resamples / 40;
@@ -76,11 +66,7 @@ pub fn mean_intervals(columns: &[&[f64]], resamples: usize, seed: u64) -> Vec<Me
         .zip(draws.iter_mut())
         .map(|(&value, d)| {
             d.sort_by(f64::total_cmp);
-            MetricValue {
-                value,
-                ci_low: d[low],
-                ci_high: d[high],
-            }
+            MetricValue { value, ci_low: d[low], ci_high: d[high] }
         })
         .collect()
 }
@@ -97,11 +83,7 @@ mod tests {
         let c = mean_intervals(&[&col], RESAMPLES, 8);
         assert_eq!(a, b);
         assert_ne!(a, c);
-        assert!(
-            a[0].ci_low < a[0].value && a[0].value < a[0].ci_high,
-            "{:?}",
-            a[0]
-        );
+        assert!(a[0].ci_low < a[0].value && a[0].value < a[0].ci_high, "{:?}", a[0]);
     }
 
     #[test]
@@ -119,9 +101,7 @@ mod tests {
         assert_eq!((r[0].ci_low, r[0].ci_high), (0.25, 0.25));
         assert_eq!((r[1].value, r[1].ci_low), (1.0, 1.0));
         let e = mean_intervals(&[&[], &[]], RESAMPLES, 3);
-        assert!(e
-            .iter()
-            .all(|m| m.value == 0.0 && m.ci_low == 0.0 && m.ci_high == 0.0));
+        assert!(e.iter().all(|m| m.value == 0.0 && m.ci_low == 0.0 && m.ci_high == 0.0));
     }
 
     #[test]

@@ -51,18 +51,12 @@ pub struct ChrfStats {
 impl ChrfStats {
     /// All-zero statistics for `orders` orders.
     pub fn zeros(orders: usize) -> Self {
-        ChrfStats {
-            counts: vec![0; 3 * orders],
-        }
+        ChrfStats { counts: vec![0; 3 * orders] }
     }
 
     /// Adds another pair's statistics (same configuration) to these.
     pub fn add(&mut self, other: &ChrfStats) {
-        assert_eq!(
-            self.counts.len(),
-            other.counts.len(),
-            "chrF statistics of different orders"
-        );
+        assert_eq!(self.counts.len(), other.counts.len(), "chrF statistics of different orders");
         for (a, b) in self.counts.iter_mut().zip(&other.counts) {
             *a += b;
         }
@@ -117,10 +111,7 @@ impl Chrf {
             let hyp_words = word_ids(&mut ids, hypothesis);
             let ref_words = word_ids(&mut ids, reference);
             for n in 1..=self.word_order {
-                counts.extend(match_triple(
-                    word_grams(&hyp_words, n),
-                    word_grams(&ref_words, n),
-                ));
+                counts.extend(match_triple(word_grams(&hyp_words, n), word_grams(&ref_words, n)));
             }
         }
         ChrfStats { counts }
@@ -242,11 +233,7 @@ fn match_triple<T: Ord>(mut hyp: Vec<T>, mut reference: Vec<T>) -> [u64; 3] {
             }
         }
     }
-    let hyp_counted = if reference.is_empty() {
-        0
-    } else {
-        hyp.len() as u64
-    };
+    let hyp_counted = if reference.is_empty() { 0 } else { hyp.len() as u64 };
     [hyp_counted, reference.len() as u64, matches]
 }
 

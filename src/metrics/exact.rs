@@ -14,10 +14,7 @@ use super::text::{python_isspace, remove_python_whitespace};
 /// Leading indentation and interior blank lines are kept: they matter in code.
 pub fn normalize_exact(s: &str) -> String {
     let unified = s.replace("\r\n", "\n").replace('\r', "\n");
-    let lines: Vec<&str> = unified
-        .split('\n')
-        .map(|line| line.trim_end_matches(python_isspace))
-        .collect();
+    let lines: Vec<&str> = unified.split('\n').map(|line| line.trim_end_matches(python_isspace)).collect();
     let first = lines.iter().position(|l| !l.is_empty());
     let last = lines.iter().rposition(|l| !l.is_empty());
     match (first, last) {
@@ -51,10 +48,7 @@ mod tests {
 
     #[test]
     fn normalisation_steps() {
-        assert_eq!(
-            normalize_exact("\r\n\n  \nx = 1  \r\n\r\n  y\t\r  \n"),
-            "x = 1\n\n  y"
-        );
+        assert_eq!(normalize_exact("\r\n\n  \nx = 1  \r\n\r\n  y\t\r  \n"), "x = 1\n\n  y");
         assert_eq!(normalize_exact("a\u{1F}\u{85}\nb\u{200B}"), "a\nb\u{200B}");
         assert_eq!(normalize_exact(" \n\t\n"), "");
         assert_eq!(normalize_exact(""), "");

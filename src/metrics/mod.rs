@@ -13,6 +13,8 @@
 //!   [`MetricOptions::chrf_word_order`]), sentence and corpus level.
 //! - [`bootstrap`]: seeded 95% percentile bootstrap intervals of means.
 //! - [`text`]: Python's whitespace, which all of the above use.
+//! - [`answer`]: answer kinds (empty, chatter, echo, answer) that tell
+//!   formatting failures from wrong answers.
 //!
 //! Parity with the reference implementations (sacrebleu [`SACREBLEU_VERSION`],
 //! rouge-score [`ROUGE_SCORE_VERSION`]) is checked to 1e-9 on thousands of
@@ -22,6 +24,7 @@
 //! All functions here are total: any pair of strings scores, and an empty
 //! group aggregates to zeros.
 
+pub mod answer;
 pub mod bootstrap;
 pub mod chrf;
 pub mod exact;
@@ -34,9 +37,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-pub use aggregate::{
-    aggregate, aggregate_extra, ExtraGroupMetrics, GroupMetrics, MetricValue, Pair,
-};
+pub use aggregate::{aggregate, aggregate_extra, ExtraGroupMetrics, GroupMetrics, MetricValue, Pair};
 pub use exact::normalize_exact;
 pub use text::python_isspace;
 
@@ -100,12 +101,9 @@ pub fn score(prediction: &str, reference: &str, _opts: &MetricOptions) -> Scores
 /// The optional scores that `opts` enables.
 pub fn score_extra(prediction: &str, reference: &str, opts: &MetricOptions) -> ExtraScores {
     ExtraScores {
-        chrf_pp: (opts.chrf_word_order > 0).then(|| {
-            Chrf::with_word_order(opts.chrf_word_order).sentence_score(prediction, reference)
-        }),
-        rouge_lsum: opts
-            .rouge_lsum
-            .then(|| rouge::rouge_lsum(prediction, reference)),
+        chrf_pp: (opts.chrf_word_order > 0)
+            .then(|| Chrf::with_word_order(opts.chrf_word_order).sentence_score(prediction, reference)),
+        rouge_lsum: opts.rouge_lsum.then(|| rouge::rouge_lsum(prediction, reference)),
     }
 }
 
@@ -128,37 +126,19 @@ fn chrf_signature(c: &Chrf) -> String {
 pub fn signatures(opts: &MetricOptions) -> BTreeMap<String, String> {
     let rouge = format!("tokenizer:default|stemmer:no|version:rouge-score-{ROUGE_SCORE_VERSION}");
     let mut s = BTreeMap::new();
-    s.insert(
-        "exact_match".into(),
-        "em|newline:lf|rstrip:python-ws|trim-blank-lines:yes".into(),
-    );
+    s.insert("exact_match".into(), "em|newline:lf|rstrip:python-ws|trim-blank-lines:yes".into());
     s.insert("exact_match_ws".into(), "em-ws|remove:python-ws".into());
     s.insert("rouge_l".into(), format!("rougeL|F|{rouge}"));
-    s.insert(
-        "rouge_l_code".into(),
-        "rougeL-code|F|tokenizer:code-v1|case:mixed".into(),
-    );
+    s.insert("rouge_l_code".into(), "rougeL-code|F|tokenizer:code-v1|case:mixed".into());
     s.insert("chrf".into(), chrf_signature(&Chrf::CHRF));
     s.insert("chrf_corpus".into(), chrf_signature(&Chrf::CHRF));
     if opts.chrf_word_order > 0 {
-        s.insert(
-            "chrf_pp".into(),
-            chrf_signature(&Chrf::with_word_order(opts.chrf_word_order)),
-        );
+        s.insert("chrf_pp".into(), chrf_signature(&Chrf::with_word_order(opts.chrf_word_order)));
     }
     if opts.rouge_lsum {
-        s.insert(
-            "rouge_lsum".into(),
-            format!("rougeLsum|F|split:newline|{rouge}"),
-        );
+        s.insert("rouge_lsum".into(), format!("rougeLsum|F|split:newline|{rouge}"));
     }
-    s.insert(
-        "bootstrap".into(),
-        format!(
-            "percentile|ci:95|resamples:{}|rng:chacha8",
-            bootstrap::RESAMPLES
-        ),
-    );
+    s.insert("bootstrap".into(), format!("percentile|ci:95|resamples:{}|rng:chacha8", bootstrap::RESAMPLES));
     s
 }
 
@@ -169,16 +149,7 @@ mod tests {
     #[test]
     fn score_fills_every_field() {
         let s = score("x = 1\n", "x = 1", &MetricOptions::default());
-        assert_eq!(
-            (
-                s.exact_match,
-                s.exact_match_ws,
-                s.rouge_l,
-                s.rouge_l_code,
-                s.chrf
-            ),
-            (1.0, 1.0, 1.0, 1.0, 100.0)
-        );
+        assert_eq!((s.exact_match, s.exact_match_ws, s.rouge_l, s.rouge_l_code, s.chrf), (1.0, 1.0, 1.0, 1.0, 100.0));
         let t = score("x=2", "x = 1", &MetricOptions::default());
         assert_eq!((t.exact_match, t.exact_match_ws), (0.0, 0.0));
         // default tokens: x 2 vs x 1 -> F 0.5; code: x = 2 vs x = 1 -> F 2/3
@@ -190,10 +161,7 @@ mod tests {
     fn extras_follow_options() {
         let none = score_extra("a b", "a c", &MetricOptions::default());
         assert_eq!((none.chrf_pp, none.rouge_lsum), (None, None));
-        let opts = MetricOptions {
-            chrf_word_order: 2,
-            rouge_lsum: true,
-        };
+        let opts = MetricOptions { chrf_word_order: 2, rouge_lsum: true };
         let both = score_extra("a b", "a b", &opts);
         assert_eq!((both.chrf_pp, both.rouge_lsum), (Some(100.0), Some(1.0)));
     }
@@ -201,20 +169,11 @@ mod tests {
     #[test]
     fn signatures_name_versions_and_options() {
         let plain = signatures(&MetricOptions::default());
-        assert_eq!(
-            plain["chrf"],
-            "chrF2|nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:2.6.0"
-        );
+        assert_eq!(plain["chrf"], "chrF2|nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:2.6.0");
         assert!(!plain.contains_key("chrf_pp") && !plain.contains_key("rouge_lsum"));
-        let opts = MetricOptions {
-            chrf_word_order: 2,
-            rouge_lsum: true,
-        };
+        let opts = MetricOptions { chrf_word_order: 2, rouge_lsum: true };
         let all = signatures(&opts);
-        assert_eq!(
-            all["chrf_pp"],
-            "chrF2++|nrefs:1|case:mixed|eff:yes|nc:6|nw:2|space:no|version:2.6.0"
-        );
+        assert_eq!(all["chrf_pp"], "chrF2++|nrefs:1|case:mixed|eff:yes|nc:6|nw:2|space:no|version:2.6.0");
         assert!(all["rouge_lsum"].starts_with("rougeLsum|"));
     }
 }

@@ -172,11 +172,7 @@ fn lcs_length(a: &[u32], b: &[u32], vocab: usize) -> usize {
     v.iter()
         .enumerate()
         .map(|(w, &vw)| {
-            let mask = if w + 1 == words && tail != 0 {
-                (1u64 << tail) - 1
-            } else {
-                u64::MAX
-            };
+            let mask = if w + 1 == words && tail != 0 { (1u64 << tail) - 1 } else { u64::MAX };
             (!vw & mask).count_ones() as usize
         })
         .sum()
@@ -189,11 +185,7 @@ fn lcs_length_table(a: &[u32], b: &[u32]) -> usize {
     let mut cur = vec![0usize; b.len() + 1];
     for &x in a {
         for (j, &y) in b.iter().enumerate() {
-            cur[j + 1] = if x == y {
-                prev[j] + 1
-            } else {
-                prev[j + 1].max(cur[j])
-            };
+            cur[j + 1] = if x == y { prev[j] + 1 } else { prev[j + 1].max(cur[j]) };
         }
         std::mem::swap(&mut prev, &mut cur);
     }
@@ -225,12 +217,8 @@ pub fn rouge_l_code(prediction: &str, reference: &str) -> f64 {
 /// rouge-score `rougeLsum` F-measure with the default tokenizer and
 /// newline-separated sentences.
 pub fn rouge_lsum(prediction: &str, reference: &str) -> f64 {
-    let sentences = |t: &str| -> Vec<Vec<String>> {
-        t.split('\n')
-            .filter(|s| !s.is_empty())
-            .map(default_tokens)
-            .collect()
-    };
+    let sentences =
+        |t: &str| -> Vec<Vec<String>> { t.split('\n').filter(|s| !s.is_empty()).map(default_tokens).collect() };
     let ref_tokens = sentences(reference);
     let pred_tokens = sentences(prediction);
     let mut ids = HashMap::new();
@@ -251,13 +239,8 @@ fn summary_level_lcs(refs: &[Vec<u32>], preds: &[Vec<u32>], vocab: usize) -> f64
     }
     let mut count_r = vec![0u64; vocab];
     let mut count_p = vec![0u64; vocab];
-    refs.iter()
-        .flatten()
-        .for_each(|&t| count_r[t as usize] += 1);
-    preds
-        .iter()
-        .flatten()
-        .for_each(|&t| count_p[t as usize] += 1);
+    refs.iter().flatten().for_each(|&t| count_r[t as usize] += 1);
+    preds.iter().flatten().for_each(|&t| count_p[t as usize] += 1);
     let mut hits = 0u64;
     for r in refs {
         let mut in_union = vec![false; r.len()];
@@ -316,10 +299,7 @@ mod tests {
     use proptest::collection::vec;
     use proptest::prelude::{prop_assert_eq, proptest};
 
-    use super::{
-        code_tokens, default_tokens, lcs_length, lcs_length_table, rouge_l, rouge_l_code,
-        rouge_lsum,
-    };
+    use super::{code_tokens, default_tokens, lcs_length, lcs_length_table, rouge_l, rouge_l_code, rouge_lsum};
 
     proptest! {
         #[test]
@@ -339,14 +319,8 @@ mod tests {
 
     #[test]
     fn default_tokenizer_drops_punctuation_and_non_ascii() {
-        assert_eq!(
-            default_tokens("df.Head(10)['Café']"),
-            vec!["df", "head", "10", "caf"]
-        );
-        assert_eq!(
-            default_tokens("İstanbul \u{212A}elvin"),
-            vec!["i", "stanbul", "kelvin"]
-        );
+        assert_eq!(default_tokens("df.Head(10)['Café']"), vec!["df", "head", "10", "caf"]);
+        assert_eq!(default_tokens("İstanbul \u{212A}elvin"), vec!["i", "stanbul", "kelvin"]);
         assert!(default_tokens("+-*/ ()").is_empty());
     }
 
@@ -356,14 +330,8 @@ mod tests {
             code_tokens("df['A'].sum() >= 3.14e2"),
             vec!["df", "[", "'", "A", "'", "]", ".", "sum", "(", ")", ">", "=", "3.14e2"]
         );
-        assert_eq!(
-            code_tokens("x_1=1e-5\u{1F}é"),
-            vec!["x_1", "=", "1e", "-", "5", "é"]
-        );
-        assert_eq!(
-            code_tokens("1.x 2. .5"),
-            vec!["1", ".", "x", "2", ".", ".", "5"]
-        );
+        assert_eq!(code_tokens("x_1=1e-5\u{1F}é"), vec!["x_1", "=", "1e", "-", "5", "é"]);
+        assert_eq!(code_tokens("1.x 2. .5"), vec!["1", ".", "x", "2", ".", ".", "5"]);
     }
 
     #[test]

@@ -80,9 +80,6 @@ mod tests {
         let words: Vec<&str> = python_split("  a\u{1F}b\u{85}\u{85}c\u{200B}d \n").collect();
         assert_eq!(words, vec!["a", "b", "c\u{200B}d"]);
         assert_eq!(python_split(" \t\u{3000}").count(), 0);
-        assert_eq!(
-            remove_python_whitespace(" x\u{1C}y\u{A0}z\u{200B}"),
-            "xyz\u{200B}"
-        );
+        assert_eq!(remove_python_whitespace(" x\u{1C}y\u{A0}z\u{200B}"), "xyz\u{200B}");
     }
 }

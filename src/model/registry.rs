@@ -7,35 +7,19 @@
 //! [`ModelCard`] for [`super::fetch`].
 
 use super::ModelError;
+use crate::prompt::PromptFormat;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 /// Cards compiled into the binary (file name, text). `tests` checks this list
 /// matches the `models/` folder.
 pub const BUILTIN_CARDS: &[(&str, &str)] = &[
-    (
-        "smollm2-135m-instruct.toml",
-        include_str!("../../models/smollm2-135m-instruct.toml"),
-    ),
-    (
-        "qwen2.5-coder-0.5b-instruct.toml",
-        include_str!("../../models/qwen2.5-coder-0.5b-instruct.toml"),
-    ),
+    ("smollm2-135m-instruct.toml", include_str!("../../models/smollm2-135m-instruct.toml")),
+    ("qwen2.5-coder-0.5b-instruct.toml", include_str!("../../models/qwen2.5-coder-0.5b-instruct.toml")),
 ];
 
 /// The model used when `--model` is not given.
 pub const DEFAULT_MODEL: &str = "smollm2-135m-instruct";
-
-/// How prompts are laid out for this model.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum PromptFormat {
-    /// Instruct models: messages rendered with the model's chat template.
-    #[default]
-    Chat,
-    /// Base models: a notebook-like completion prompt.
-    Completion,
-}
 
 /// A file the model needs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -122,17 +106,14 @@ fn default_format() -> String {
 impl ModelCard {
     /// The GGUF weights file of this card.
     pub fn gguf_file(&self) -> Option<&ModelFile> {
-        self.files.iter().find(|f| f.name.ends_with(".gguf"))
-            .or_else(|| self.files.first())
+        self.files.iter().find(|f| f.name.ends_with(".gguf")).or_else(|| self.files.first())
     }
 }
 
 /// Parse a card's TOML text. `origin` names it in errors.
 pub fn parse_card(text: &str, origin: &str) -> Result<ModelCard, ModelError> {
-    let card: ModelCard = toml::from_str(text).map_err(|e| ModelError::Card {
-        origin: origin.to_string(),
-        message: e.to_string(),
-    })?;
+    let card: ModelCard =
+        toml::from_str(text).map_err(|e| ModelError::Card { origin: origin.to_string(), message: e.to_string() })?;
     if card.files.is_empty() {
         return Err(ModelError::Card {
             origin: origin.to_string(),
@@ -153,8 +134,7 @@ pub fn builtin_cards() -> Vec<ModelCard> {
     let mut cards: Vec<ModelCard> = BUILTIN_CARDS
         .iter()
         .map(|(name, text)| {
-            parse_card(text, &format!("models/{name}"))
-                .unwrap_or_else(|e| panic!("built-in card is invalid: {e}"))
+            parse_card(text, &format!("models/{name}")).unwrap_or_else(|e| panic!("built-in card is invalid: {e}"))
         })
         .collect();
     cards.sort_by(|a, b| a.id.cmp(&b.id));
@@ -173,11 +153,7 @@ pub fn find(id: &str) -> Result<ModelCard, ModelError> {
         .min_by_key(|k| strsim_distance(k, id))
         .filter(|k| strsim_distance(k, id) <= k.len().max(id.len()) / 2)
         .cloned();
-    Err(ModelError::UnknownModel {
-        id: id.to_string(),
-        known,
-        nearest,
-    })
+    Err(ModelError::UnknownModel { id: id.to_string(), known, nearest })
 }
 
 /// Turn a `--model` value into a card: a known id, a card file, a `.gguf`
@@ -192,10 +168,7 @@ pub fn resolve_spec(spec: &str) -> Result<ModelCard, ModelError> {
         return find(spec);
     }
     if spec.ends_with(".toml") {
-        let text = std::fs::read_to_string(path).map_err(|e| ModelError::Io {
-            path: path.to_path_buf(),
-            source: e,
-        })?;
+        let text = std::fs::read_to_string(path).map_err(|e| ModelError::Io { path: path.to_path_buf(), source: e })?;
         return parse_card(&text, spec);
     }
     let (folder, gguf) = if path.is_dir() {
@@ -208,10 +181,7 @@ pub fn resolve_spec(spec: &str) -> Result<ModelCard, ModelError> {
         match ggufs.len() {
             1 => (path.to_path_buf(), ggufs.remove(0)),
             0 => {
-                return Err(ModelError::Card {
-                    origin: spec.to_string(),
-                    message: "folder holds no .gguf file".into(),
-                })
+                return Err(ModelError::Card { origin: spec.to_string(), message: "folder holds no .gguf file".into() })
             }
             _ => {
                 return Err(ModelError::Card {
@@ -227,10 +197,7 @@ pub fn resolve_spec(spec: &str) -> Result<ModelCard, ModelError> {
     } else {
         (path.parent().unwrap_or(Path::new(".")).to_path_buf(), path.to_path_buf())
     };
-    let file_name = gguf
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    let file_name = gguf.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let id = file_name.trim_end_matches(".gguf").to_string();
     Ok(ModelCard {
         id,

@@ -5,7 +5,7 @@
 //! generation prompt, so the model continues it.
 
 use super::PromptError;
-use crate::model::registry::PromptFormat;
+use crate::prompt::PromptFormat;
 use serde::Serialize;
 
 /// ChatML, used when a chat model's GGUF carries no template but knows
@@ -28,7 +28,12 @@ pub struct ChatFormatter {
 
 impl ChatFormatter {
     /// A formatter for `format`; `template` is the chat template (required for chat).
-    pub fn new(format: PromptFormat, template: Option<&str>, bos_token: &str, eos_token: &str) -> Result<Self, PromptError> {
+    pub fn new(
+        format: PromptFormat,
+        template: Option<&str>,
+        bos_token: &str,
+        eos_token: &str,
+    ) -> Result<Self, PromptError> {
         let mut env = minijinja::Environment::new();
         env.set_keep_trailing_newline(true);
         env.set_trim_blocks(true);
@@ -43,12 +48,7 @@ impl ChatFormatter {
             env.add_template_owned("chat", t.to_string())
                 .map_err(|e| PromptError::Chat(format!("the model's chat template does not compile: {e:#}")))?;
         }
-        Ok(ChatFormatter {
-            env,
-            format,
-            bos_token: bos_token.to_string(),
-            eos_token: eos_token.to_string(),
-        })
+        Ok(ChatFormatter { env, format, bos_token: bos_token.to_string(), eos_token: eos_token.to_string() })
     }
 
     pub fn format(&self) -> PromptFormat {

@@ -156,10 +156,8 @@ pub fn runtime_rows(traj: &Trajectory, k: usize, repr_chars: usize) -> Option<(u
         // Walk back while the variable is unchanged.
         let mut since = k - 1;
         while since > 0 {
-            let prev = traj.steps[since - 1]
-                .runtime
-                .as_ref()
-                .and_then(|s| s.variables.iter().find(|p| p.name == v.name));
+            let prev =
+                traj.steps[since - 1].runtime.as_ref().and_then(|s| s.variables.iter().find(|p| p.name == v.name));
             match prev {
                 Some(p) if p.type_name == v.type_name && p.repr == v.repr && p.shape == v.shape && p.len == v.len => {
                     since -= 1
@@ -241,10 +239,7 @@ impl<'a> ContextSource<'a> {
         }
         let target_step = &self.traj.steps[self.step];
         let target = match self.task {
-            Task::Output => Some(TargetView {
-                number: target_step.step + 1,
-                code: target_step.code.clone(),
-            }),
+            Task::Output => Some(TargetView { number: target_step.step + 1, code: target_step.code.clone() }),
             Task::NextCell => None,
         };
         let kept_rows = shape.runtime_rows.min(self.rows.len());

@@ -9,6 +9,7 @@
 //! 3. runtime rows are dropped, least relevant first;
 //! 4. the newest history step is shortened (output, then code);
 //! 5. the newest history step is dropped.
+//!
 //! If nothing fits, the sample is skipped with reason `over_budget` (the target
 //! code of the output task is never cut). The number of kept steps never
 //! decreases along the walk, so a larger budget never keeps fewer steps.

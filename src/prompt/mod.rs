@@ -16,12 +16,22 @@ pub mod template;
 
 use crate::data::samples::{Sample, Task};
 use crate::data::Dataset;
-use crate::model::registry::PromptFormat;
-use crate::model::tokenizer::Tokenizer;
+use crate::tokenizer::Tokenizer;
 use chat::ChatFormatter;
 use context::{ContextSource, Shape};
 use serde::{Deserialize, Serialize};
 use template::PromptTemplate;
+
+/// How prompts are laid out for this model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum PromptFormat {
+    /// Instruct models: messages rendered with the model's chat template.
+    #[default]
+    Chat,
+    /// Base models: a notebook-like completion prompt.
+    Completion,
+}
 
 /// Errors while building prompts.
 #[derive(Debug, thiserror::Error)]
@@ -31,7 +41,7 @@ pub enum PromptError {
     #[error("chat format: {0}")]
     Chat(String),
     #[error(transparent)]
-    Tokenizer(#[from] crate::model::tokenizer::TokenizerError),
+    Tokenizer(#[from] crate::tokenizer::TokenizerError),
     #[error("sample {id}: trajectory {trajectory:?} has no step {step}")]
     MissingStep { id: String, trajectory: String, step: usize },
     #[error("{0}")]
@@ -48,6 +58,25 @@ pub struct PromptSettings {
     pub runtime_share: f64,
     /// Characters of each variable's repr shown in the runtime block.
     pub repr_chars: usize,
+}
+
+impl PromptSettings {
+    /// The checks every command makes before building a prompt.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.max_new_tokens == 0 {
+            return Err("--max-new-tokens must be at least 1".into());
+        }
+        if self.max_new_tokens >= self.context_tokens {
+            return Err(format!(
+                "--max-new-tokens {} leaves no room for a prompt in --context-tokens {}",
+                self.max_new_tokens, self.context_tokens
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.runtime_share) {
+            return Err(format!("--runtime-share must be between 0 and 1, got {}", self.runtime_share));
+        }
+        Ok(())
+    }
 }
 
 /// Why a sample has no prompt.
@@ -75,7 +104,6 @@ pub struct FittedPrompt {
     pub steps_kept: usize,
     pub truncated_chars: usize,
     pub runtime_rows_kept: usize,
-    pub runtime_rows_total: usize,
     pub template_id: String,
     pub template_sha256: String,
     pub stop: Vec<String>,
@@ -105,18 +133,7 @@ impl<'a> PromptBuilder<'a> {
         settings: PromptSettings,
         custom: Vec<PromptTemplate>,
     ) -> Result<Self, PromptError> {
-        if settings.max_new_tokens >= settings.context_tokens {
-            return Err(PromptError::Config(format!(
-                "--max-new-tokens {} leaves no room for a prompt in --context-tokens {}",
-                settings.max_new_tokens, settings.context_tokens
-            )));
-        }
-        if !(0.0..=1.0).contains(&settings.runtime_share) {
-            return Err(PromptError::Config(format!(
-                "--runtime-share must be between 0 and 1, got {}",
-                settings.runtime_share
-            )));
-        }
+        settings.validate().map_err(PromptError::Config)?;
         for c in &custom {
             if c.format != format {
                 return Err(PromptError::Config(format!(
@@ -145,11 +162,7 @@ impl<'a> PromptBuilder<'a> {
             PromptFormat::Completion => None,
         };
         let bos = tokenizer.bos().and_then(|id| tokenizer.decode(&[id]).ok()).unwrap_or_default();
-        let eos = tokenizer
-            .eos_ids()
-            .first()
-            .and_then(|id| tokenizer.decode(&[*id]).ok())
-            .unwrap_or_default();
+        let eos = tokenizer.eos_ids().first().and_then(|id| tokenizer.decode(&[*id]).ok()).unwrap_or_default();
         let formatter = ChatFormatter::new(format, template.as_deref(), &bos, &eos)?;
         Ok(PromptBuilder { tokenizer, formatter, templates, settings })
     }
@@ -184,7 +197,12 @@ impl<'a> PromptBuilder<'a> {
         Ok(ids)
     }
 
-    fn render(&self, tpl: &PromptTemplate, src: &ContextSource<'_>, shape: &Shape) -> Result<(String, context::Built), PromptError> {
+    fn render(
+        &self,
+        tpl: &PromptTemplate,
+        src: &ContextSource<'_>,
+        shape: &Shape,
+    ) -> Result<(String, context::Built), PromptError> {
         let built = src.build(shape);
         let user = tpl.render_user(&built.context)?;
         let prefix = tpl.render_prefix(&built.context)?;
@@ -238,7 +256,6 @@ impl<'a> PromptBuilder<'a> {
                 steps_kept: built.context.cells.len(),
                 truncated_chars: built.truncated_chars,
                 runtime_rows_kept: built.runtime_rows_kept,
-                runtime_rows_total: src.rows.len(),
                 template_id: tpl.id.clone(),
                 template_sha256: tpl.sha256.clone(),
                 stop: tpl.stop.clone(),

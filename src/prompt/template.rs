@@ -18,7 +18,7 @@
 
 use super::PromptError;
 use crate::data::samples::Task;
-use crate::model::registry::PromptFormat;
+use crate::prompt::PromptFormat;
 use crate::util::sha256_hex;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -79,17 +79,13 @@ pub struct PromptTemplate {
 impl PromptTemplate {
     /// Parse a template file's text; `origin` names it in errors.
     pub fn parse(text: &str, origin: &str) -> Result<Self, PromptError> {
-        let mut t: PromptTemplate = toml::from_str(text).map_err(|e| PromptError::Template {
-            origin: origin.to_string(),
-            message: e.to_string(),
-        })?;
+        let mut t: PromptTemplate = toml::from_str(text)
+            .map_err(|e| PromptError::Template { origin: origin.to_string(), message: e.to_string() })?;
         t.sha256 = sha256_hex(text.as_bytes());
         // Check the user text compiles now, not in the middle of a run.
         let env = environment();
-        env.template_from_str(&t.user).map_err(|e| PromptError::Template {
-            origin: origin.to_string(),
-            message: format!("field `user`: {e}"),
-        })?;
+        env.template_from_str(&t.user)
+            .map_err(|e| PromptError::Template { origin: origin.to_string(), message: format!("field `user`: {e}") })?;
         env.template_from_str(&t.assistant_prefix).map_err(|e| PromptError::Template {
             origin: origin.to_string(),
             message: format!("field `assistant_prefix`: {e}"),
@@ -99,10 +95,8 @@ impl PromptTemplate {
 
     /// Load a template file from disk.
     pub fn load(path: &Path) -> Result<Self, PromptError> {
-        let text = std::fs::read_to_string(path).map_err(|e| PromptError::Template {
-            origin: path.display().to_string(),
-            message: e.to_string(),
-        })?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| PromptError::Template { origin: path.display().to_string(), message: e.to_string() })?;
         Self::parse(&text, &path.display().to_string())
     }
 
@@ -127,10 +121,8 @@ impl PromptTemplate {
     /// Render the user text with a context.
     pub fn render_user<S: Serialize>(&self, ctx: &S) -> Result<String, PromptError> {
         let env = environment();
-        env.render_str(&self.user, ctx).map_err(|e| PromptError::Template {
-            origin: self.id.clone(),
-            message: format!("rendering `user`: {e:#}"),
-        })
+        env.render_str(&self.user, ctx)
+            .map_err(|e| PromptError::Template { origin: self.id.clone(), message: format!("rendering `user`: {e:#}") })
     }
 }
 
@@ -184,10 +176,7 @@ mod tests {
         for task in Task::ALL {
             for runtime in [false, true] {
                 for format in [PromptFormat::Chat, PromptFormat::Completion] {
-                    let n = all
-                        .iter()
-                        .filter(|t| t.task == task && t.runtime == runtime && t.format == format)
-                        .count();
+                    let n = all.iter().filter(|t| t.task == task && t.runtime == runtime && t.format == format).count();
                     assert_eq!(n, 1, "{task} runtime={runtime} {format:?}");
                 }
             }

@@ -33,7 +33,13 @@ fn on_off(runtime: bool) -> &'static str {
 }
 
 /// Every block of the report.
-pub fn blocks(inputs: &Inputs, folders: &[String], plots: &[RenderedPlot], comparison: Option<&[GroupComparison]>, seed: u64) -> Vec<Block> {
+pub fn blocks(
+    inputs: &Inputs,
+    folders: &[String],
+    plots: &[RenderedPlot],
+    comparison: Option<&[GroupComparison]>,
+    seed: u64,
+) -> Vec<Block> {
     let mut b = vec![
         Block::Heading(1, "themisto report".into()),
         Block::Para(format!(
@@ -51,12 +57,22 @@ pub fn blocks(inputs: &Inputs, folders: &[String], plots: &[RenderedPlot], compa
         Block::Table(runs_table(&inputs.runs)),
     ];
     if !inputs.unfinished.is_empty() {
-        b.push(Block::Para("Runs of a sweep that are not finished (left out; run the sweep again to finish them):".into()));
+        b.push(Block::Para(
+            "Runs of a sweep that are not finished (left out; run the sweep again to finish them):".into(),
+        ));
         b.push(Block::List(
             inputs
                 .unfinished
                 .iter()
-                .map(|u| format!("{} · ctx {}: {} (`{}`)", u.model_id, u.context_tokens, u.status.as_str(), u.folder.display()))
+                .map(|u| {
+                    format!(
+                        "{} · ctx {}: {} (`{}`)",
+                        u.model_id,
+                        u.context_tokens,
+                        u.status.as_str(),
+                        u.folder.display()
+                    )
+                })
                 .collect(),
         ));
     }
@@ -92,10 +108,19 @@ pub fn blocks(inputs: &Inputs, folders: &[String], plots: &[RenderedPlot], compa
 }
 
 fn runs_table(runs: &[ReportRun]) -> Table {
-    let mut t = Table::new(&["run", "model", ">context tokens", ">max new tokens", "data", ">scored", ">skipped", ">wall s", "folder"]);
+    let mut t = Table::new(&[
+        "run",
+        "model",
+        ">context tokens",
+        ">max new tokens",
+        "data",
+        ">scored",
+        ">skipped",
+        ">wall s",
+        "folder",
+    ]);
     for r in runs {
-        let prompt = r.results.config.get("prompt");
-        let max_new = prompt.and_then(|p| p.get("max_new_tokens")).and_then(|v| v.as_u64());
+        let max_new = r.results.config.run().map(|c| c.prompt.max_new_tokens);
         let n: usize = r.results.groups.iter().map(|g| g.n).sum();
         let skipped: usize = r.results.groups.iter().map(|g| g.skipped).sum();
         t.rows.push(vec![
@@ -157,10 +182,7 @@ fn results_table(runs: &[ReportRun], task: Task) -> Table {
 }
 
 fn diff(d: &PairedDiff, digits: usize) -> [String; 2] {
-    [
-        format!("{:+.d$} [{:+.d$}, {:+.d$}]", d.mean_diff, d.ci_low, d.ci_high, d = digits),
-        format!("{:.4}", d.p_value),
-    ]
+    [format!("{:+.d$} [{:+.d$}, {:+.d$}]", d.mean_diff, d.ci_low, d.ci_high, d = digits), format!("{:.4}", d.p_value)]
 }
 
 fn comparison_table(cmp: &[GroupComparison]) -> Table {
@@ -178,7 +200,13 @@ fn comparison_table(cmp: &[GroupComparison]) -> Table {
         ">p",
     ]);
     for g in cmp {
-        let mut row = vec![g.task.to_string(), on_off(g.runtime).into(), g.n_paired.to_string(), g.only_a.to_string(), g.only_b.to_string()];
+        let mut row = vec![
+            g.task.to_string(),
+            on_off(g.runtime).into(),
+            g.n_paired.to_string(),
+            g.only_a.to_string(),
+            g.only_b.to_string(),
+        ];
         row.extend(diff(&g.exact_match, 3));
         row.extend(diff(&g.rouge_l, 3));
         row.extend(diff(&g.chrf, 2));

@@ -17,7 +17,18 @@ pub enum Block {
     List(Vec<String>),
     Table(Table),
     /// A plot: file stem under `plots/`, caption and SVG document.
-    Plot { stem: String, caption: String, svg: String },
+    Plot {
+        stem: String,
+        caption: String,
+        svg: String,
+    },
+    /// The sample explorer: its HTML (section, data and scripts, see
+    /// [`super::explorer`]) and a paragraph saying where to find it, for
+    /// markdown.
+    Explorer {
+        html: String,
+        note: String,
+    },
 }
 
 /// Markdown of the blocks.
@@ -43,6 +54,9 @@ pub fn markdown(blocks: &[Block]) -> String {
             }
             Block::Plot { stem, caption, .. } => {
                 let _ = writeln!(s, "![{caption}](plots/{stem}.svg)\n\nPNG: [plots/{stem}.png](plots/{stem}.png)\n");
+            }
+            Block::Explorer { note, .. } => {
+                let _ = writeln!(s, "{note}\n");
             }
         }
     }
@@ -83,9 +97,11 @@ fn inline(text: &str) -> String {
 /// of any URL), sized by CSS.
 fn inline_svg(svg: &str) -> String {
     let start = svg.find("<svg").unwrap_or(0);
-    svg[start..]
-        .replacen(" xmlns=\"http://www.w3.org/2000/svg\"", "", 1)
-        .replacen(" xmlns:xlink=\"http://www.w3.org/1999/xlink\"", "", 1)
+    svg[start..].replacen(" xmlns=\"http://www.w3.org/2000/svg\"", "", 1).replacen(
+        " xmlns:xlink=\"http://www.w3.org/1999/xlink\"",
+        "",
+        1,
+    )
 }
 
 const CSS: &str = "body{font-family:'DejaVu Sans',Verdana,Arial,sans-serif;margin:24px auto;max-width:1240px;color:#1d2330;line-height:1.45;padding:0 16px}\
@@ -98,10 +114,12 @@ figcaption{font-size:13px;color:#4a5366}";
 /// The standalone HTML page of the blocks.
 pub fn html(title: &str, blocks: &[Block]) -> String {
     let mut s = String::new();
+    let explorer = blocks.iter().any(|b| matches!(b, Block::Explorer { .. }));
     let _ = write!(
         s,
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>{}</title>\n<style>{CSS}</style>\n</head>\n<body>\n",
-        escape(title)
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>{}</title>\n<style>{CSS}{}</style>\n</head>\n<body>\n",
+        escape(title),
+        if explorer { super::explorer::CSS } else { "" }
     );
     for b in blocks {
         match b {
@@ -131,6 +149,7 @@ pub fn html(title: &str, blocks: &[Block]) -> String {
                     escape(stem)
                 );
             }
+            Block::Explorer { html, .. } => s.push_str(html),
         }
     }
     s.push_str("</body>\n</html>\n");
@@ -162,12 +181,20 @@ mod tests {
 
     #[test]
     fn renders_both_ways() {
-        let t = Table { header: vec!["a".into(), "n".into()], right: vec![false, true], rows: vec![vec!["x<y".into(), "3".into()]] };
+        let t = Table {
+            header: vec!["a".into(), "n".into()],
+            right: vec![false, true],
+            rows: vec![vec!["x<y".into(), "3".into()]],
+        };
         let blocks = vec![
             Block::Heading(1, "Title".into()),
             Block::Para("use `--out`".into()),
             Block::Table(t),
-            Block::Plot { stem: "chrf".into(), caption: "chrF".into(), svg: "<?xml version=\"1.0\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"1\"></svg>".into() },
+            Block::Plot {
+                stem: "chrf".into(),
+                caption: "chrF".into(),
+                svg: "<?xml version=\"1.0\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"1\"></svg>".into(),
+            },
         ];
         let md = markdown(&blocks);
         assert!(md.starts_with("# Title\n\nuse `--out`\n\n| a | n |\n|---|---:|\n| x<y | 3 |\n"), "{md}");

@@ -4,8 +4,7 @@
 //! and plots.
 
 use super::ReportError;
-use crate::run::record::{self, ResultsFile, SampleRecord, RESULTS_SCHEMA};
-use crate::sweep::index::RunStatus;
+use crate::records::{self, ResultsFile, RunStatus, SampleRecord};
 use std::path::{Path, PathBuf};
 
 /// One finished run.
@@ -54,12 +53,10 @@ pub fn load(folders: &[PathBuf]) -> Result<Inputs, ReportError> {
     // (run, input folder name) for labelling.
     let mut found: Vec<(ReportRun, String)> = Vec::new();
     for dir in folders {
-        let source = dir
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| dir.display().to_string());
+        let source =
+            dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| dir.display().to_string());
         if dir.join("sweep.json").is_file() {
-            let index = crate::sweep::read_index(dir).map_err(|e| input_err(dir, e.to_string()))?;
+            let index = records::sweep::read_index(dir).map_err(|e| input_err(dir, e.to_string()))?;
             for r in &index.runs {
                 let folder = dir.join(&r.folder);
                 if r.status == RunStatus::Done && folder.join("results.json").is_file() {
@@ -115,29 +112,20 @@ fn label(found: &mut [(ReportRun, String)]) {
 
 fn read_run(dir: &Path) -> Result<ReportRun, ReportError> {
     let path = dir.join("results.json");
-    let text = std::fs::read_to_string(&path).map_err(|source| ReportError::Io { path: path.clone(), source })?;
-    let results: ResultsFile =
-        serde_json::from_str(&text).map_err(|e| input_err(&path, format!("not a results file: {e}")))?;
-    if results.schema != RESULTS_SCHEMA {
-        return Err(input_err(&path, format!("schema {:?}, this themisto reads {RESULTS_SCHEMA:?}", results.schema)));
-    }
+    let results = records::read_results(&path).map_err(|e| input_err(dir, e.to_string()))?;
     let samples = dir.join("samples.jsonl");
     let records = if samples.is_file() {
-        record::read_samples(&samples).map_err(|e| input_err(&samples, e))?
+        records::read_samples(&samples).map_err(|e| input_err(&samples, e.to_string()))?
     } else {
         Vec::new()
     };
+    let run_config = results.config.run();
     let model_id = results
         .model
         .as_ref()
         .map(|m| m.id.clone())
-        .or_else(|| results.config.get("model").and_then(|v| v.as_str()).map(str::to_string))
+        .or_else(|| run_config.map(|c| c.model.clone()))
         .unwrap_or_else(|| dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default());
-    let context_tokens = results
-        .config
-        .get("prompt")
-        .and_then(|p| p.get("context_tokens"))
-        .and_then(|v| v.as_u64())
-        .and_then(|v| usize::try_from(v).ok());
+    let context_tokens = run_config.map(|c| c.prompt.context_tokens);
     Ok(ReportRun { label: model_id.clone(), model_id, context_tokens, folder: dir.to_path_buf(), results, records })
 }

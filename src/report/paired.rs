@@ -27,7 +27,7 @@
 use crate::data::samples::Task;
 use crate::metrics::bootstrap::{mean, resampled_means, RESAMPLES};
 use crate::metrics::Scores;
-use crate::run::record::SampleRecord;
+use crate::records::SampleRecord;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 
@@ -63,10 +63,7 @@ type Pairing<'a> = (Vec<(&'a str, Scores, Scores)>, usize, usize);
 /// with shared index draws; see the module documentation.
 pub fn paired_bootstrap(diffs: &[&[f64]], resamples: usize, seed: u64) -> Vec<PairedDiff> {
     let n = diffs.first().map_or(0, |c| c.len());
-    let means: Vec<f64> = diffs
-        .iter()
-        .map(|c| mean(c))
-        .collect();
+    let means: Vec<f64> = diffs.iter().map(|c| mean(c)).collect();
     if n == 0 || resamples == 0 || diffs.iter().any(|c| c.len() != n) {
         return means.iter().map(|&m| PairedDiff { mean_diff: m, ci_low: m, ci_high: m, p_value: 1.0 }).collect();
     }

@@ -12,7 +12,7 @@ use super::inputs::ReportRun;
 use super::ReportError;
 use crate::data::samples::Task;
 use crate::metrics::MetricValue;
-use crate::run::record::GroupResult;
+use crate::records::GroupResult;
 use plotters::chart::{ChartBuilder, SeriesLabelPosition};
 use plotters::coord::combinators::BindKeyPoints;
 use plotters::coord::Shift;
@@ -105,10 +105,8 @@ pub fn figures(runs: &[ReportRun]) -> Vec<Figure> {
     if runs.is_empty() {
         return Vec::new();
     }
-    let mut variants: Vec<(String, bool)> = runs
-        .iter()
-        .flat_map(|r| r.results.groups.iter().map(move |g| (r.label.clone(), g.runtime)))
-        .collect();
+    let mut variants: Vec<(String, bool)> =
+        runs.iter().flat_map(|r| r.results.groups.iter().map(move |g| (r.label.clone(), g.runtime))).collect();
     variants.sort();
     variants.dedup();
     let mut tasks: Vec<Task> = runs.iter().flat_map(|r| r.results.groups.iter().map(|g| g.task)).collect();
@@ -119,7 +117,14 @@ pub fn figures(runs: &[ReportRun]) -> Vec<Figure> {
         ("exact_match", "Exact match against the context budget", "exact match", (0.0, 1.0), true, exact),
         ("rouge_l", "ROUGE-L against the context budget", "ROUGE-L (F)", (0.0, 1.0), true, rouge),
         ("chrf", "chrF against the context budget", "chrF", (0.0, 100.0), true, chrf),
-        ("steps_kept", "Trajectory steps that fit the budget", "mean steps kept", (0.0, (max_steps * 1.15).max(1.0)), false, steps),
+        (
+            "steps_kept",
+            "Trajectory steps that fit the budget",
+            "mean steps kept",
+            (0.0, (max_steps * 1.15).max(1.0)),
+            false,
+            steps,
+        ),
     ];
     specs
         .iter()
@@ -142,7 +147,11 @@ pub fn figures(runs: &[ReportRun]) -> Vec<Figure> {
                                 .filter(|r| &r.label == label)
                                 .filter_map(|r| {
                                     // A group with no scored sample has no value to plot.
-                                    let g = r.results.groups.iter().find(|g| g.task == task && g.runtime == *runtime && g.n > 0)?;
+                                    let g = r
+                                        .results
+                                        .groups
+                                        .iter()
+                                        .find(|g| g.task == task && g.runtime == *runtime && g.n > 0)?;
                                     Some(Point { budget: r.context_tokens?, value: pick(g) })
                                 })
                                 .collect();
@@ -194,7 +203,10 @@ fn x_of(b: usize) -> i32 {
     ((b.max(1) as f64).log2() * 1000.0).round() as i32
 }
 
-fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, fig: &Figure) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+fn draw<DB: DrawingBackend>(
+    root: DrawingArea<DB, Shift>,
+    fig: &Figure,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
     root.fill(&WHITE)?;
     let root = root.titled(&fig.title, ("sans-serif", 22))?;
     let mut budgets: Vec<usize> =

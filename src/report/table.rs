@@ -1,9 +1,8 @@
 //! Markdown tables of group results, with 95% bootstrap intervals, and the
 //! [`Table`] that the multi-run report renders as markdown and HTML.
 
-use crate::run::record::{GroupResult, ResultsFile};
 use crate::metrics::MetricValue;
-use crate::sweep::index::SweepIndex;
+use crate::records::{GroupResult, ResultsFile, SweepIndex};
 use std::fmt::Write;
 
 /// A table: header, which columns are numbers (right-aligned), and rows of
@@ -44,13 +43,7 @@ impl Table {
 
 /// A value with its interval: `0.250 [0.100, 0.400]`.
 pub fn ci(v: &MetricValue, scale: f64, digits: usize) -> String {
-    format!(
-        "{:.d$} [{:.d$}, {:.d$}]",
-        v.value * scale,
-        v.ci_low * scale,
-        v.ci_high * scale,
-        d = digits
-    )
+    format!("{:.d$} [{:.d$}, {:.d$}]", v.value * scale, v.ci_low * scale, v.ci_high * scale, d = digits)
 }
 
 /// The summary table: one row per task × runtime group.
@@ -81,7 +74,9 @@ pub fn groups_table(groups: &[GroupResult]) -> String {
 /// Prompt statistics per group.
 pub fn context_table(groups: &[GroupResult]) -> String {
     let mut s = String::new();
-    s.push_str("| task | runtime | mean prompt tokens | mean steps kept | mean steps dropped | finish reasons | answers |\n");
+    s.push_str(
+        "| task | runtime | mean prompt tokens | mean steps kept | mean steps dropped | finish reasons | answers |\n",
+    );
     s.push_str("|---|---|---:|---:|---:|---|---|\n");
     for g in groups {
         let reasons: Vec<String> = g.finish_reasons.iter().map(|(k, v)| format!("{k} {v}")).collect();
@@ -109,17 +104,24 @@ pub fn report_markdown(r: &ResultsFile) -> String {
         let _ = writeln!(s, "- model: `{}` ({}, {}, sha256 `{}`)", m.id, m.architecture, m.quantization, m.sha256);
     }
     if let Some(d) = &r.dataset {
-        let _ = writeln!(s, "- data: `{}` ({} trajectories, {} steps, sha256 `{}`)", d.name, d.trajectories, d.steps, &d.sha256[..16.min(d.sha256.len())]);
-    }
-    if let Some(p) = r.config.get("prompt") {
         let _ = writeln!(
             s,
-            "- budget: {} context tokens, {} new tokens",
-            p.get("context_tokens").and_then(|v| v.as_u64()).unwrap_or(0),
-            p.get("max_new_tokens").and_then(|v| v.as_u64()).unwrap_or(0)
+            "- data: `{}` ({} trajectories, {} steps, sha256 `{}`)",
+            d.name,
+            d.trajectories,
+            d.steps,
+            &d.sha256[..16.min(d.sha256.len())]
         );
     }
-    let _ = writeln!(s, "- created: {} (themisto {}, git {})", r.created, r.environment.themisto_version, r.environment.git_revision);
+    if let Some(c) = r.config.run() {
+        let _ =
+            writeln!(s, "- budget: {} context tokens, {} new tokens", c.prompt.context_tokens, c.prompt.max_new_tokens);
+    }
+    let _ = writeln!(
+        s,
+        "- created: {} (themisto {}, git {})",
+        r.created, r.environment.themisto_version, r.environment.git_revision
+    );
     s.push_str("\nScores are means over samples with 95% bootstrap intervals; exact match and ROUGE-L on 0–1, chrF on 0–100.\n\n");
     s.push_str(&groups_table(&r.groups));
     s.push('\n');
@@ -142,7 +144,18 @@ pub fn report_markdown(r: &ResultsFile) -> String {
 
 /// The summary of a sweep printed after it: one row per run and group.
 pub fn sweep_table(index: &SweepIndex) -> String {
-    let mut t = Table::new(&["model", ">context tokens", "status", "task", "runtime", ">n", "exact match", "ROUGE-L", "chrF", ">mean steps kept"]);
+    let mut t = Table::new(&[
+        "model",
+        ">context tokens",
+        "status",
+        "task",
+        "runtime",
+        ">n",
+        "exact match",
+        "ROUGE-L",
+        "chrF",
+        ">mean steps kept",
+    ]);
     for r in &index.runs {
         let head = vec![r.model_id.clone(), r.context_tokens.to_string(), r.status.as_str().to_string()];
         if r.groups.is_empty() {

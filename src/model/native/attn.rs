@@ -12,8 +12,7 @@
 use std::arch::x86_64::{
     __m128i, __m256, _mm256_add_ps, _mm256_castps256_ps128, _mm256_cvtph_ps, _mm256_cvtps_ph, _mm256_extractf128_ps,
     _mm256_fmadd_ps, _mm256_hadd_ps, _mm256_loadu_ps, _mm256_set1_ps, _mm256_setzero_ps, _mm256_storeu_ps,
-    _mm256_sub_ps, _mm_add_ps, _mm_loadu_si128,
-    _mm_storeu_ps, _mm_storeu_si128, _MM_FROUND_TO_NEAREST_INT,
+    _mm256_sub_ps, _mm_add_ps, _mm_loadu_si128, _mm_storeu_ps, _mm_storeu_si128, _MM_FROUND_TO_NEAREST_INT,
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -41,17 +40,26 @@ pub fn store_f16(src: &[f32], dst: &mut [u16], simd: bool) {
     }
 }
 
-/// One head, one query: `n` positions whose keys and values start at
-/// `k[i * stride]` and `v[i * stride]`. `scores` is scratch (≥ `n` values).
-#[allow(clippy::too_many_arguments)]
-pub fn attend(q: &[f32], k: &[u16], v: &[u16], stride: usize, n: usize, scale: f32, scores: &mut [f32], out: &mut [f32], simd: bool) {
+/// The cached keys and values one head attends to: `n` positions whose keys
+/// and values start at `k[i * stride]` and `v[i * stride]` (half floats).
+#[derive(Clone, Copy)]
+pub struct HeadKv<'a> {
+    pub k: &'a [u16],
+    pub v: &'a [u16],
+    pub stride: usize,
+    pub n: usize,
+}
+
+/// One head, one query over `kv`. `scores` is scratch (≥ `kv.n` values).
+pub fn attend(q: &[f32], kv: HeadKv<'_>, scale: f32, scores: &mut [f32], out: &mut [f32], simd: bool) {
+    let HeadKv { k, v, stride, n } = kv;
     let hd = q.len();
     assert!(n > 0 && scores.len() >= n && out.len() == hd);
     assert!(k.len() >= (n - 1) * stride + hd && v.len() >= (n - 1) * stride + hd);
     #[cfg(target_arch = "x86_64")]
-    if simd && hd % 8 == 0 && simd_available() {
+    if simd && hd.is_multiple_of(8) && simd_available() {
         // SAFETY: AVX2, FMA and F16C are present; the bounds are checked above.
-        unsafe { attend_avx2(q, k, v, stride, n, scale, scores, out) };
+        unsafe { attend_avx2(q, kv, scale, scores, out) };
         return;
     }
     for (i, s) in scores[..n].iter_mut().enumerate() {
@@ -81,8 +89,8 @@ unsafe fn load_h8(p: *const u16) -> __m256 {
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn attend_avx2(q: &[f32], k: &[u16], v: &[u16], stride: usize, n: usize, scale: f32, scores: &mut [f32], out: &mut [f32]) {
+unsafe fn attend_avx2(q: &[f32], kv: HeadKv<'_>, scale: f32, scores: &mut [f32], out: &mut [f32]) {
+    let HeadKv { k, v, stride, n } = kv;
     let hd = q.len();
     let mut i = 0;
     while i + 4 <= n {
@@ -95,8 +103,8 @@ unsafe fn attend_avx2(q: &[f32], k: &[u16], v: &[u16], stride: usize, n: usize, 
             }
         }
         let s4 = hsum4(acc);
-        for c in 0..4 {
-            *scores.get_unchecked_mut(i + c) = s4[c] * scale;
+        for (c, s) in s4.iter().enumerate() {
+            *scores.get_unchecked_mut(i + c) = s * scale;
         }
         i += 4;
     }
@@ -153,7 +161,6 @@ unsafe fn attend_avx2(q: &[f32], k: &[u16], v: &[u16], stride: usize, n: usize, 
     }
 }
 
-
 /// The horizontal sums of four vectors.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
@@ -179,7 +186,10 @@ mod tests {
 
     #[test]
     fn simd_and_scalar_half_rounding_agree_bit_for_bit() {
-        let x: Vec<f32> = (0..4099).map(|i| ((i as f32) * 0.731).sin() * 10f32.powi(i % 13 - 8)).chain([65504.0, 65520.0, 1e9, -0.0, 6e-8, 3e-5]).collect();
+        let x: Vec<f32> = (0..4099)
+            .map(|i| ((i as f32) * 0.731).sin() * 10f32.powi(i % 13 - 8))
+            .chain([65504.0, 65520.0, 1e9, -0.0, 6e-8, 3e-5])
+            .collect();
         let mut a = vec![0u16; x.len()];
         let mut b = vec![0u16; x.len()];
         store_f16(&x, &mut a, true);
@@ -196,13 +206,14 @@ mod tests {
         let q: Vec<f32> = (0..hd).map(|i| ((i * 7 % 5) as f32 - 2.0) * 0.3).collect();
         let k = halves(&(0..n * stride).map(|i| ((i * 13 % 17) as f32 - 8.0) * 0.05).collect::<Vec<_>>());
         let v = halves(&(0..n * stride).map(|i| ((i * 5 % 11) as f32 - 5.0) * 0.1).collect::<Vec<_>>());
-        let s: Vec<f32> = (0..n).map(|i| (0..hd).map(|j| q[j] * f16_to_f32(k[i * stride + j])).sum::<f32>() * 0.25).collect();
+        let s: Vec<f32> =
+            (0..n).map(|i| (0..hd).map(|j| q[j] * f16_to_f32(k[i * stride + j])).sum::<f32>() * 0.25).collect();
         let m = s.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
         let z: f32 = s.iter().map(|x| (x - m).exp()).sum();
         for simd in [false, true] {
             let mut scores = vec![0f32; n];
             let mut out = vec![0f32; hd];
-            attend(&q, &k, &v, stride, n, 0.25, &mut scores, &mut out, simd);
+            attend(&q, HeadKv { k: &k, v: &v, stride, n }, 0.25, &mut scores, &mut out, simd);
             for j in 0..hd {
                 let want: f32 = (0..n).map(|i| (s[i] - m).exp() / z * f16_to_f32(v[i * stride + j])).sum();
                 assert!((out[j] - want).abs() < 1e-5, "simd {simd}, {j}: {} vs {want}", out[j]);

@@ -2,42 +2,13 @@
 //! whether the native engine can run a file at all.
 
 use super::quant::QType;
+use crate::model::arch::Arch;
 use candle_core::quantized::gguf_file;
-
-/// Architectures the native engine runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NativeArch {
-    /// Llama family (SmolLM2, ...): interleaved rope, no biases.
-    Llama,
-    /// Qwen2 / Qwen2.5(-Coder): q/k/v biases, NEOX rope.
-    Qwen2,
-    /// Qwen3: per-head RMS norm of q and k, NEOX rope.
-    Qwen3,
-}
-
-impl NativeArch {
-    pub fn parse(s: &str) -> Option<NativeArch> {
-        match s {
-            "llama" => Some(NativeArch::Llama),
-            "qwen2" => Some(NativeArch::Qwen2),
-            "qwen3" => Some(NativeArch::Qwen3),
-            _ => None,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            NativeArch::Llama => "llama",
-            NativeArch::Qwen2 => "qwen2",
-            NativeArch::Qwen3 => "qwen3",
-        }
-    }
-}
 
 /// Hyperparameters of a decoder-only transformer.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
-    pub arch: NativeArch,
+    pub arch: Arch,
     pub hidden: usize,
     pub layers: usize,
     pub heads: usize,
@@ -64,24 +35,19 @@ impl Config {
     /// Read the configuration; `Err` says why the native engine cannot run
     /// this file (the caller may fall back to candle).
     pub fn from_gguf(ct: &gguf_file::Content) -> Result<Config, String> {
-        let name = ct
-            .metadata
-            .get("general.architecture")
-            .and_then(|v| v.to_string().ok())
-            .cloned()
-            .unwrap_or_default();
-        let arch = NativeArch::parse(&name).ok_or_else(|| format!("architecture {name:?} (native: llama, qwen2, qwen3)"))?;
+        let name =
+            ct.metadata.get("general.architecture").and_then(|v| v.to_string().ok()).cloned().unwrap_or_default();
+        let arch = Arch::parse(&name)
+            .filter(|a| a.native())
+            .ok_or_else(|| format!("architecture {name:?} (native: {})", Arch::NATIVE.join(", ")))?;
         let a = arch.as_str();
         let need = |k: &str| md_u32(ct, &format!("{a}.{k}")).ok_or_else(|| format!("metadata has no {a}.{k}"));
         let hidden = need("embedding_length")?;
         let heads = need("attention.head_count")?;
         let kv_heads = md_u32(ct, &format!("{a}.attention.head_count_kv")).unwrap_or(heads);
         let head_dim = md_u32(ct, &format!("{a}.attention.key_length")).unwrap_or(hidden / heads.max(1));
-        let vocab_rows = ct
-            .tensor_infos
-            .get("token_embd.weight")
-            .map(|t| t.shape.dims()[0])
-            .ok_or("no token_embd.weight tensor")?;
+        let vocab_rows =
+            ct.tensor_infos.get("token_embd.weight").map(|t| t.shape.dims()[0]).ok_or("no token_embd.weight tensor")?;
         let cfg = Config {
             arch,
             hidden,
@@ -94,7 +60,7 @@ impl Config {
             context: md_u32(ct, &format!("{a}.context_length")).unwrap_or(2048),
             eps: md_f32(ct, &format!("{a}.attention.layer_norm_rms_epsilon")).unwrap_or(1e-6),
             rope_base: md_f32(ct, &format!("{a}.rope.freq_base")).unwrap_or(10_000.0),
-            rope_neox: arch != NativeArch::Llama,
+            rope_neox: arch != Arch::Llama,
         };
         cfg.check(ct)?;
         Ok(cfg)
@@ -103,7 +69,7 @@ impl Config {
     /// Reject what this engine does not implement.
     fn check(&self, ct: &gguf_file::Content) -> Result<(), String> {
         let a = self.arch.as_str();
-        if heads_bad(self.heads, self.kv_heads) || self.head_dim % 2 != 0 || self.head_dim == 0 {
+        if heads_bad(self.heads, self.kv_heads) || !self.head_dim.is_multiple_of(2) || self.head_dim == 0 {
             return Err(format!("{} heads / {} kv heads of size {}", self.heads, self.kv_heads, self.head_dim));
         }
         if let Some(rope_dim) = md_u32(ct, &format!("{a}.rope.dimension_count")) {
@@ -114,7 +80,9 @@ impl Config {
         if md_u32(ct, &format!("{a}.expert_count")).unwrap_or(0) > 0 {
             return Err("mixture-of-experts layers".into());
         }
-        if ct.metadata.contains_key(&format!("{a}.rope.scaling.type")) || ct.tensor_infos.contains_key("rope_freqs.weight") {
+        if ct.metadata.contains_key(&format!("{a}.rope.scaling.type"))
+            || ct.tensor_infos.contains_key("rope_freqs.weight")
+        {
             return Err("rope scaling".into());
         }
         for (name, info) in &ct.tensor_infos {
@@ -135,5 +103,5 @@ impl Config {
 }
 
 fn heads_bad(heads: usize, kv: usize) -> bool {
-    heads == 0 || kv == 0 || heads % kv != 0
+    heads == 0 || kv == 0 || !heads.is_multiple_of(kv)
 }

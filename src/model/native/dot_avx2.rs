@@ -15,13 +15,13 @@
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::{
-    __m128i, __m256, __m256i, _mm256_add_ps, _mm256_and_si256, _mm256_castps256_ps128, _mm256_cmpeq_epi8,
-    _mm256_cvtepi32_ps, _mm256_cvtph_ps, _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_loadu_ps,
-    _mm256_loadu_si256, _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_or_si256, _mm256_set1_epi16,
-    _mm256_set1_epi32, _mm256_set1_epi64x, _mm256_set1_epi8, _mm256_set_epi32, _mm256_srlv_epi32, _mm256_broadcastsi128_si256, _mm256_set1_ps, _mm256_set_epi64x,
-    _mm256_set_m128i, _mm256_setzero_ps, _mm256_srl_epi16, _mm256_sub_epi8, _mm256_shuffle_epi8, _mm256_sign_epi8, _mm256_slli_epi16,
-    _mm256_srli_epi16, _mm256_sub_epi16, _mm_add_ps, _mm_add_ss, _mm_cvtph_ps, _mm_cvtsi32_si128, _mm_cvtss_f32,
-    _mm_loadu_si128, _mm_movehdup_ps, _mm_movehl_ps, _mm_set1_epi16,
+    __m128i, __m256, __m256i, _mm256_add_ps, _mm256_and_si256, _mm256_broadcastsi128_si256, _mm256_castps256_ps128,
+    _mm256_cmpeq_epi8, _mm256_cvtepi32_ps, _mm256_cvtph_ps, _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_loadu_ps,
+    _mm256_loadu_si256, _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_or_si256, _mm256_set1_epi16, _mm256_set1_epi32,
+    _mm256_set1_epi64x, _mm256_set1_epi8, _mm256_set1_ps, _mm256_set_epi32, _mm256_set_epi64x, _mm256_set_m128i,
+    _mm256_setzero_ps, _mm256_shuffle_epi8, _mm256_sign_epi8, _mm256_slli_epi16, _mm256_srl_epi16, _mm256_srli_epi16,
+    _mm256_srlv_epi32, _mm256_sub_epi16, _mm256_sub_epi8, _mm_add_ps, _mm_add_ss, _mm_cvtph_ps, _mm_cvtsi32_si128,
+    _mm_cvtss_f32, _mm_loadu_si128, _mm_movehdup_ps, _mm_movehl_ps, _mm_set1_epi16,
 };
 
 use super::quant::{k4_scale_min, ActRow, QType, QK};
@@ -176,7 +176,13 @@ unsafe fn b32<const T: u8, const N: usize>(w: &[u8], a: &[ActRow<'_>; N], out: &
 /// Block `b` of a 32-value-block row into the accumulators.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn b32_step<const T: u8, const N: usize>(w: &[u8], a: &[ActRow<'_>; N], b: usize, acc: &mut [__m256; N], corr: &mut [f32; N]) {
+unsafe fn b32_step<const T: u8, const N: usize>(
+    w: &[u8],
+    a: &[ActRow<'_>; N],
+    b: usize,
+    acc: &mut [__m256; N],
+    corr: &mut [f32; N],
+) {
     let (bb, qs_off) = match T {
         T_Q4_0 => (18, 2),
         T_Q4_1 => (20, 4),
@@ -195,7 +201,8 @@ unsafe fn b32_step<const T: u8, const N: usize>(w: &[u8], a: &[ActRow<'_>; N], b
     // 16 bytes to both halves, then shift the high half by 4: low nibbles
     // are values 0..16, high nibbles 16..32.
     let x = _mm256_broadcastsi128_si256(_mm_loadu_si128(p.add(qs_off) as *const __m128i));
-    let mut q = _mm256_and_si256(_mm256_srlv_epi32(x, _mm256_set_epi32(4, 4, 4, 4, 0, 0, 0, 0)), _mm256_set1_epi8(0x0f));
+    let mut q =
+        _mm256_and_si256(_mm256_srlv_epi32(x, _mm256_set_epi32(4, 4, 4, 4, 0, 0, 0, 0)), _mm256_set1_epi8(0x0f));
     if T == T_Q5_0 || T == T_Q5_1 {
         let qh = std::ptr::read_unaligned(p.add(qs_off - 4) as *const u32);
         q = _mm256_or_si256(q, high_bits(qh));

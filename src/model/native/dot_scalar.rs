@@ -114,16 +114,8 @@ fn dot_q6k(w: &[u8], a: ActRow<'_>) -> f32 {
 /// Σ w·x for a row of float weights (F32 or F16) and f32 activations.
 pub fn dot_f(t: QType, w: &[u8], x: &[f32]) -> f32 {
     match t {
-        QType::F32 => w
-            .chunks_exact(4)
-            .zip(x)
-            .map(|(b, &v)| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) * v)
-            .sum(),
-        QType::F16 => w
-            .chunks_exact(2)
-            .zip(x)
-            .map(|(b, &v)| f16_to_f32(u16::from_le_bytes([b[0], b[1]])) * v)
-            .sum(),
+        QType::F32 => w.chunks_exact(4).zip(x).map(|(b, &v)| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) * v).sum(),
+        QType::F16 => w.chunks_exact(2).zip(x).map(|(b, &v)| f16_to_f32(u16::from_le_bytes([b[0], b[1]])) * v).sum(),
         _ => panic!("quantized weights use dot_q"),
     }
 }

@@ -7,10 +7,11 @@
 //! (fused) → SiLU(gate)·up → down → residual. In the last layer only the last
 //! token goes past the cache write, since only its logits are returned.
 
-use super::config::{Config, NativeArch};
-use super::kv::KvCache;
+use super::config::Config;
+use super::kv::{HeadShape, KvCache};
 use super::matmul::{matmul, Kernels, QMatrix};
 use super::ops;
+use crate::model::arch::Arch;
 
 /// One transformer block.
 #[derive(Debug, Clone)]
@@ -70,7 +71,13 @@ impl Transformer {
     /// Feed `tokens` after the cached positions; return the last token's
     /// logits when `want_logits`. The cache must have room (see
     /// [`KvCache::reserve`]); token ids must be below `vocab_rows`.
-    pub fn forward(&self, cache: &mut KvCache, tokens: &[u32], want_logits: bool, kernels: Kernels) -> Option<Vec<f32>> {
+    pub fn forward(
+        &self,
+        cache: &mut KvCache,
+        tokens: &[u32],
+        want_logits: bool,
+        kernels: Kernels,
+    ) -> Option<Vec<f32>> {
         let cfg = &self.cfg;
         let (h, qd, kvd, hd) = (cfg.hidden, cfg.q_dim(), cfg.kv_dim(), cfg.head_dim);
         let n = tokens.len();
@@ -112,7 +119,7 @@ impl Transformer {
             let from = if l == last_layer { n - 1 } else { 0 };
             let m = n - from;
             let mut att = vec![0f32; m * qd];
-            cache.attention(l, &q[from * qd..], p + from, cfg.heads, hd, &mut att, kernels);
+            cache.attention(l, &q[from * qd..], p + from, HeadShape { heads: cfg.heads, head_dim: hd }, &mut att, kernels);
             let mut o = vec![0f32; m * h];
             matmul(&mut [(&lw.wo, &mut o[..])], &att, m, kernels);
             let xs = &mut x[from * h..];
@@ -139,7 +146,7 @@ impl Transformer {
         Some(logits)
     }
 
-    pub fn arch(&self) -> NativeArch {
+    pub fn arch(&self) -> Arch {
         self.cfg.arch
     }
 }

@@ -12,6 +12,13 @@ use super::attn;
 use super::matmul::Kernels;
 use rayon::prelude::{IndexedParallelIterator, ParallelIterator, ParallelSliceMut};
 
+/// Query heads and their width, for [`KvCache::attention`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeadShape {
+    pub heads: usize,
+    pub head_dim: usize,
+}
+
 /// Keys and values of every layer for the cached positions.
 #[derive(Debug, Clone)]
 pub struct KvCache {
@@ -81,8 +88,8 @@ impl KvCache {
     /// Causal attention for queries at positions `pos..pos + n` of `layer`:
     /// query `t` sees cached positions `0..=pos + t`. `q` and `out` are
     /// `n × heads * head_dim`. Heads share KV heads in groups (GQA).
-    #[allow(clippy::too_many_arguments)]
-    pub fn attention(&self, layer: usize, q: &[f32], pos: usize, heads: usize, head_dim: usize, out: &mut [f32], kernels: Kernels) {
+    pub fn attention(&self, layer: usize, q: &[f32], pos: usize, shape: HeadShape, out: &mut [f32], kernels: Kernels) {
+        let HeadShape { heads, head_dim } = shape;
         let kv_heads = self.kv_dim / head_dim;
         let group = heads / kv_heads;
         let scale = 1.0 / (head_dim as f32).sqrt();
@@ -97,7 +104,8 @@ impl KvCache {
             }
             let qh = &q[idx * head_dim..(idx + 1) * head_dim];
             let off = g * head_dim;
-            attn::attend(qh, &keys[off..], &vals[off..], self.kv_dim, n, scale, scores, o, simd);
+            let kv = attn::HeadKv { k: &keys[off..], v: &vals[off..], stride: self.kv_dim, n };
+            attn::attend(qh, kv, scale, scores, o, simd);
         };
         let tasks = out.len() / head_dim;
         let work = tasks * (pos + tasks / heads) * head_dim;
@@ -107,9 +115,7 @@ impl KvCache {
                 one(idx, o, &mut scores);
             }
         } else {
-            out.par_chunks_mut(head_dim)
-                .enumerate()
-                .for_each_init(Vec::new, |scores, (idx, o)| one(idx, o, scores));
+            out.par_chunks_mut(head_dim).enumerate().for_each_init(Vec::new, |scores, (idx, o)| one(idx, o, scores));
         }
     }
 }

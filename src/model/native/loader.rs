@@ -5,10 +5,11 @@
 //! The mapping is read-only; as with any memory-mapped model file, the file
 //! must not be rewritten while the model is loaded.
 
-use super::config::{Config, NativeArch};
+use super::config::Config;
 use super::forward::{Layer, Transformer, Weights};
 use super::matmul::{Bytes, QMatrix};
 use super::quant::QType;
+use crate::model::arch::Arch;
 use candle_core::quantized::gguf_file;
 use memmap2::Mmap;
 use std::fs::File;
@@ -96,7 +97,7 @@ pub fn load(path: &Path, ct: &gguf_file::Content) -> Result<Transformer, LoadErr
     let mut layers = Vec::with_capacity(cfg.layers);
     for l in 0..cfg.layers {
         let name = |s: &str| format!("blk.{l}.{s}");
-        let bias = if cfg.arch == NativeArch::Qwen2 {
+        let bias = if cfg.arch == Arch::Qwen2 {
             Some([
                 rd.vector(&name("attn_q.bias"), qd)?,
                 rd.vector(&name("attn_k.bias"), kvd)?,
@@ -105,8 +106,11 @@ pub fn load(path: &Path, ct: &gguf_file::Content) -> Result<Transformer, LoadErr
         } else {
             None
         };
-        let qk_norm = if cfg.arch == NativeArch::Qwen3 {
-            Some([rd.vector(&name("attn_q_norm.weight"), cfg.head_dim)?, rd.vector(&name("attn_k_norm.weight"), cfg.head_dim)?])
+        let qk_norm = if cfg.arch == Arch::Qwen3 {
+            Some([
+                rd.vector(&name("attn_q_norm.weight"), cfg.head_dim)?,
+                rd.vector(&name("attn_k_norm.weight"), cfg.head_dim)?,
+            ])
         } else {
             None
         };

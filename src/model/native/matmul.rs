@@ -46,7 +46,7 @@ impl QMatrix {
     /// Check the shape against the bytes. Quantized rows must hold whole
     /// blocks of 32 values, which is how the activations are cut.
     pub fn new(qtype: QType, rows: usize, cols: usize, data: Bytes) -> Result<QMatrix, String> {
-        if cols % qtype.block_elems() != 0 || (!qtype.is_float() && cols % QK != 0) {
+        if !cols.is_multiple_of(qtype.block_elems()) || (!qtype.is_float() && !cols.is_multiple_of(QK)) {
             return Err(format!("{cols} columns is not a whole number of {} blocks", qtype.name()));
         }
         let row_bytes = qtype.row_bytes(cols);
@@ -158,7 +158,14 @@ fn rows_q(w: &QMatrix, a: &QActs, rows: std::ops::Range<usize>, out: Out, kernel
 }
 
 /// Rows `rows` of `w` times activation rows `t0..t0 + N` into `res[r][..N]`.
-fn dot_n<const N: usize>(w: &QMatrix, rows: std::ops::Range<usize>, a: &QActs, t0: usize, res: &mut [[f32; 4]], kernels: Kernels) {
+fn dot_n<const N: usize>(
+    w: &QMatrix,
+    rows: std::ops::Range<usize>,
+    a: &QActs,
+    t0: usize,
+    res: &mut [[f32; 4]],
+    kernels: Kernels,
+) {
     let acts: [ActRow<'_>; N] = std::array::from_fn(|i| a.row(t0 + i));
     match kernels {
         #[cfg(target_arch = "x86_64")]
@@ -181,7 +188,15 @@ fn dot_n<const N: usize>(w: &QMatrix, rows: std::ops::Range<usize>, a: &QActs, t
     }
 }
 
-fn rows_f(w: &QMatrix, x: &[f32], cols: usize, tokens: usize, rows: std::ops::Range<usize>, out: Out, kernels: Kernels) {
+fn rows_f(
+    w: &QMatrix,
+    x: &[f32],
+    cols: usize,
+    tokens: usize,
+    rows: std::ops::Range<usize>,
+    out: Out,
+    kernels: Kernels,
+) {
     for t in 0..tokens {
         let xt = &x[t * cols..(t + 1) * cols];
         for r in rows.clone() {

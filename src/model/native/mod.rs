@@ -10,7 +10,7 @@
 //!   over half-float keys and values.
 //! - [`kv`]: the KV cache (O(1) truncation) and causal attention.
 //! - [`forward`]: the transformer block; [`config`]: shapes from metadata;
-//!   [`loader`]: mapping the file; [`engine`]: native or candle.
+//!   [`loader`]: mapping the file (the choice of engine is [`crate::model::engine`]).
 //!
 //! [`NativeModel`] implements [`LanguageModel`]. Numerics: weights are used
 //! exactly as stored; activations entering a quantized product are rounded
@@ -24,7 +24,6 @@ pub mod attn;
 pub mod config;
 pub mod dot_avx2;
 pub mod dot_scalar;
-pub mod engine;
 pub mod forward;
 pub mod kv;
 pub mod loader;
@@ -38,7 +37,6 @@ use super::{LanguageModel, ModelError};
 use candle_core::quantized::gguf_file;
 use forward::Transformer;
 use kv::KvCache;
-pub use engine::Engine;
 pub use matmul::Kernels;
 use std::path::Path;
 
@@ -94,11 +92,6 @@ impl NativeModel {
         &self.net.cfg
     }
 
-    /// Positions the KV cache holds without growing.
-    pub fn cache_capacity(&self) -> usize {
-        self.cache.capacity()
-    }
-
     /// How the weights are held, for model info: "as stored (Q4_1 ×210,
     /// Q8_0 ×1), AVX2 kernels".
     pub fn description(&self) -> String {
@@ -138,7 +131,10 @@ impl LanguageModel for NativeModel {
             )));
         }
         if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= self.net.cfg.vocab_rows) {
-            return Err(ModelError::Other(format!("token id {bad} is outside the embedding of {} rows", self.net.cfg.vocab_rows)));
+            return Err(ModelError::Other(format!(
+                "token id {bad} is outside the embedding of {} rows",
+                self.net.cfg.vocab_rows
+            )));
         }
         self.cache.reserve(self.tokens.len() + tokens.len());
         let (net, cache, kernels) = (&self.net, &mut self.cache, self.kernels);
@@ -159,7 +155,10 @@ impl LanguageModel for NativeModel {
 
     fn truncate(&mut self, len: usize) -> Result<(), ModelError> {
         if len > self.tokens.len() {
-            return Err(ModelError::Other(format!("cannot truncate the cache to {len}: it holds {}", self.tokens.len())));
+            return Err(ModelError::Other(format!(
+                "cannot truncate the cache to {len}: it holds {}",
+                self.tokens.len()
+            )));
         }
         self.tokens.truncate(len);
         self.cache.truncate(len);

@@ -235,7 +235,7 @@ fn dequantize_block32(t: QType, b: &[u8], out: &mut [f32]) {
 
 /// Sub-block `j` (0..8, 32 values) of a k-quant super-block: unsigned quants,
 /// and the scale and minimum of its two 16-value halves
-/// (value = scale[l / 16] * q[l] - min[l / 16]).
+/// (value = `scale[l / 16] * q[l] - min[l / 16]`).
 pub fn kquant_sub(t: QType, b: &[u8], j: usize) -> ([u8; QK], [f32; 2], [f32; 2]) {
     let mut q = [0u8; QK];
     match t {
@@ -246,7 +246,7 @@ pub fn kquant_sub(t: QType, b: &[u8], j: usize) -> ([u8; QK], [f32; 2], [f32; 2]
             let qs_off = if t == QType::Q4K { 16 } else { 48 };
             let qs = &b[qs_off + 32 * (j / 2)..qs_off + 32 * (j / 2) + 32];
             for l in 0..QK {
-                let nib = if j % 2 == 0 { qs[l] & 0x0f } else { qs[l] >> 4 };
+                let nib = if j.is_multiple_of(2) { qs[l] & 0x0f } else { qs[l] >> 4 };
                 let hi = if t == QType::Q5K { ((b[16 + l] >> j) & 1) << 4 } else { 0 };
                 q[l] = nib | hi;
             }
@@ -294,7 +294,7 @@ impl QActs {
     /// Quantize `x`, a row-major matrix of rows of `cols` values
     /// (`cols` a multiple of [`QK`]).
     pub fn quantize(x: &[f32], cols: usize) -> QActs {
-        assert!(cols % QK == 0 && x.len() % cols == 0, "activation rows of {cols} values");
+        assert!(cols.is_multiple_of(QK) && x.len().is_multiple_of(cols), "activation rows of {cols} values");
         let nblocks = x.len() / QK;
         let mut a = QActs { cols, qs: vec![0; x.len()], d: vec![0.0; nblocks], s: vec![0.0; nblocks] };
         for (b, blk) in x.chunks_exact(QK).enumerate() {
@@ -314,11 +314,7 @@ impl QActs {
     }
 
     pub fn rows(&self) -> usize {
-        if self.cols == 0 {
-            0
-        } else {
-            self.qs.len() / self.cols
-        }
+        self.qs.len().checked_div(self.cols).unwrap_or(0)
     }
 
     pub fn row(&self, r: usize) -> ActRow<'_> {

@@ -140,7 +140,13 @@ fn simd_kernels_match_scalar_kernels() {
             let mut o1 = [0f32; 1];
             unsafe { dot_avx2::dot_q::<1>(q, row, &[a.row(2)], &mut o1) };
             for t in 0..4 {
-                assert!((o4[t] - want[t]).abs() <= 1e-4 * want[t].abs().max(1.0), "{} ×4 token {t}: {} vs {}", q.name(), o4[t], want[t]);
+                assert!(
+                    (o4[t] - want[t]).abs() <= 1e-4 * want[t].abs().max(1.0),
+                    "{} ×4 token {t}: {} vs {}",
+                    q.name(),
+                    o4[t],
+                    want[t]
+                );
             }
             assert_eq!(o1[0], o4[2], "{}: one token and four tokens agree", q.name());
         }
@@ -189,6 +195,13 @@ fn quantized_product_error_is_small_relative_to_the_f32_product() {
         }
     }
     let mut v = vec![0f32; cols];
-    dequantize_row(QType::Q8_0, &QTensor::quantize(&Tensor::from_vec(x.clone(), (1, cols), &Device::Cpu).unwrap(), GgmlDType::Q8_0).unwrap().data().unwrap(), &mut v);
+    dequantize_row(
+        QType::Q8_0,
+        &QTensor::quantize(&Tensor::from_vec(x.clone(), (1, cols), &Device::Cpu).unwrap(), GgmlDType::Q8_0)
+            .unwrap()
+            .data()
+            .unwrap(),
+        &mut v,
+    );
     assert!(v.iter().zip(&x).all(|(a, b)| (a - b).abs() < 0.05));
 }

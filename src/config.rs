@@ -1,0 +1,309 @@
+//! Configuration in one place: the validated settings of a run
+//! ([`RunConfig`]), of a sweep ([`SweepConfig`]) and of a re-scoring
+//! ([`ScoreConfig`]). Command-line arguments become one of these before any
+//! work starts; it is written into `config.json`, `sweep.json` and
+//! `results.json` (typed, so later commands read it back as these types), and
+//! compared on resume so a resumed run cannot silently change its settings.
+//!
+//! Every check that needs no model or data lives here ([`RunConfig::validate`],
+//! [`SweepConfig::new`]); the one check that needs the model, that the budget
+//! fits the model's window, is [`check_window`], used by run and sweep alike.
+
+use crate::data::samples::Task;
+use crate::data::DataSpec;
+use crate::metrics::MetricOptions;
+use crate::model::device::DeviceSpec;
+use crate::model::engine::{Engine, WeightsPolicy};
+use crate::prompt::PromptSettings;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// A setting that cannot be used, with the option it came from in the message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+/// How samples are chosen from the dataset.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum Selection {
+    /// The Themisto protocol (200 per task, stratified by target length).
+    Themisto,
+    /// Every step with at least 5 earlier steps and a non-empty target.
+    All,
+    /// A sample list file (`task`, `trajectory`, `step` per line).
+    File { path: PathBuf },
+}
+
+/// Every setting of a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunConfig {
+    /// `--model` as given (id, card, .gguf file or folder).
+    pub model: String,
+    pub data: String,
+    pub selection: Selection,
+    pub tasks: Vec<Task>,
+    /// Runtime variants to run (`false` = without, `true` = with).
+    pub runtime: Vec<bool>,
+    /// At most this many samples per task × runtime group.
+    pub limit: Option<usize>,
+    pub seed: u64,
+    pub prompt: PromptSettings,
+    /// Custom template files (`--prompt-template`).
+    pub prompt_templates: Vec<PathBuf>,
+    pub metrics: MetricOptions,
+    pub device: DeviceSpec,
+    /// How weights are held in memory (see `--weights`).
+    #[serde(default)]
+    pub weights: WeightsPolicy,
+    /// The engine that runs GGUF models (see `--engine`).
+    #[serde(default)]
+    pub engine: Engine,
+    /// Worker threads for the CPU backend (not part of what is compared on resume).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub threads: Option<usize>,
+}
+
+impl RunConfig {
+    /// The data spec parsed from `data`.
+    pub fn data_spec(&self) -> DataSpec {
+        match self.data.parse() {
+            Ok(spec) => spec,
+            Err(never) => match never {},
+        }
+    }
+
+    /// Checks that need neither the model nor the data.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.prompt.validate().map_err(ConfigError)?;
+        if self.limit == Some(0) {
+            return Err(ConfigError("--limit must be at least 1".into()));
+        }
+        if self.threads == Some(0) {
+            return Err(ConfigError("--threads must be at least 1".into()));
+        }
+        if self.tasks.is_empty() || self.runtime.is_empty() {
+            return Err(ConfigError("a run needs at least one task and one runtime variant".into()));
+        }
+        Ok(())
+    }
+
+    /// The settings that decide predictions and scores (threads excluded).
+    pub fn identity(&self) -> serde_json::Value {
+        let mut v = serde_json::to_value(self).expect("config serializes");
+        if let Some(o) = v.as_object_mut() {
+            o.remove("threads");
+        }
+        v
+    }
+}
+
+/// The budget must fit the model's window (`window` 0: unknown, not checked).
+pub fn check_window(context_tokens: usize, window: usize, model: &str) -> Result<(), ConfigError> {
+    if window > 0 && context_tokens > window {
+        return Err(ConfigError(format!(
+            "--context-tokens {context_tokens} is larger than the window of {model} ({window} tokens)"
+        )));
+    }
+    Ok(())
+}
+
+/// Budgets of a sweep when `--context-tokens` is not given.
+pub const DEFAULT_BUDGETS: [usize; 5] = [256, 512, 1024, 2048, 4096];
+
+/// Samples per task × runtime group of a sweep when `--limit` is not given:
+/// the default sweep (5 budgets × 4 groups × 10 = 200 samples with the
+/// default model on the embedded sample) stays a matter of minutes on two
+/// CPU cores.
+pub const DEFAULT_SWEEP_LIMIT: usize = 10;
+
+/// `--max-new-tokens` of a sweep when not given (`themisto run` has 256,
+/// which the 256-token budget cannot hold). 64 tokens leave the smallest
+/// default budget 192 prompt tokens, enough for the leanest prompt of every
+/// task and runtime variant on the embedded sample (136 to 187 tokens with
+/// the default model), and cover about 90% of its code cells and half of its
+/// outputs; the same cap at every budget keeps budgets comparable.
+pub const DEFAULT_SWEEP_MAX_NEW_TOKENS: usize = 64;
+
+/// The validated arguments of a sweep (written into `sweep.json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SweepConfig {
+    /// `--model` values, in the order given (and run).
+    pub models: Vec<String>,
+    /// The budgets (`--context-tokens`), ascending.
+    pub context_tokens: Vec<usize>,
+    /// The settings every run shares: a run's configuration is this one with
+    /// `model` and `prompt.context_tokens` replaced by its own (here they
+    /// hold the first run's).
+    pub run: RunConfig,
+}
+
+impl SweepConfig {
+    /// Validate a sweep: at least one model and budget, no repeats, and
+    /// every budget larger than `--max-new-tokens`. Budgets are sorted.
+    pub fn new(models: Vec<String>, mut budgets: Vec<usize>, run: RunConfig) -> Result<Self, ConfigError> {
+        if models.is_empty() {
+            return Err(ConfigError("a sweep needs at least one --model".into()));
+        }
+        for (i, m) in models.iter().enumerate() {
+            if models[..i].contains(m) {
+                return Err(ConfigError(format!("--model {m} is given twice")));
+            }
+        }
+        if budgets.is_empty() {
+            return Err(ConfigError("a sweep needs at least one --context-tokens budget".into()));
+        }
+        budgets.sort_unstable();
+        if let Some(w) = budgets.windows(2).find(|w| w[0] == w[1]) {
+            return Err(ConfigError(format!("--context-tokens lists {} twice", w[0])));
+        }
+        let max_new = run.prompt.max_new_tokens;
+        if max_new == 0 {
+            return Err(ConfigError("--max-new-tokens must be at least 1".into()));
+        }
+        let too_small: Vec<String> = budgets.iter().filter(|b| **b <= max_new).map(|b| b.to_string()).collect();
+        if !too_small.is_empty() {
+            return Err(ConfigError(format!(
+                "--context-tokens {} cannot hold --max-new-tokens {max_new} and a prompt: every budget must be larger than --max-new-tokens",
+                too_small.join(",")
+            )));
+        }
+        let mut run = run;
+        run.model = models[0].clone();
+        run.prompt.context_tokens = budgets[0];
+        run.validate()?;
+        Ok(SweepConfig { models, context_tokens: budgets, run })
+    }
+
+    /// The configuration of one run of the sweep.
+    pub fn run_config(&self, model: &str, budget: usize) -> RunConfig {
+        let mut cfg = self.run.clone();
+        cfg.model = model.to_string();
+        cfg.prompt.context_tokens = budget;
+        cfg
+    }
+
+    /// What must match to continue a sweep folder (threads excluded).
+    pub fn identity(&self) -> serde_json::Value {
+        let mut v = serde_json::to_value(self).expect("config serializes");
+        if let Some(run) = v.get_mut("run") {
+            *run = self.run.identity();
+        }
+        v
+    }
+}
+
+/// What `themisto score` was asked to do.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScoreConfig {
+    pub samples: PathBuf,
+    pub metrics: MetricOptions,
+    pub seed: u64,
+}
+
+/// One setting that differs between two configurations: its dotted path
+/// (`prompt.context_tokens`, `tasks[1]`) and both values as JSON text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Difference {
+    pub path: String,
+    pub old: String,
+    pub new: String,
+}
+
+impl std::fmt::Display for Difference {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {} in the folder, {} now", self.path, self.old, self.new)
+    }
+}
+
+/// The leaves where two JSON values differ, at most `limit` of them, in
+/// document order.
+pub fn differences(old: &serde_json::Value, new: &serde_json::Value, limit: usize) -> Vec<Difference> {
+    let mut out = Vec::new();
+    walk("", old, new, &mut out, limit);
+    out
+}
+
+/// Dotted paths of the leaves where two JSON values differ (`a.b[2]`).
+pub fn differing_fields(old: &serde_json::Value, new: &serde_json::Value, limit: usize) -> Vec<String> {
+    differences(old, new, limit).into_iter().map(|d| d.path).collect()
+}
+
+fn walk(path: &str, a: &serde_json::Value, b: &serde_json::Value, out: &mut Vec<Difference>, limit: usize) {
+    use serde_json::Value;
+    if out.len() >= limit || a == b {
+        return;
+    }
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let mut keys: Vec<&String> = x.keys().collect();
+            keys.extend(y.keys().filter(|k| !x.contains_key(*k)));
+            for k in keys {
+                let p = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+                walk(&p, x.get(k).unwrap_or(&Value::Null), y.get(k).unwrap_or(&Value::Null), out, limit);
+            }
+        }
+        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => {
+            for (i, (p, q)) in x.iter().zip(y).enumerate() {
+                walk(&format!("{path}[{i}]"), p, q, out, limit);
+            }
+        }
+        _ => out.push(Difference {
+            path: if path.is_empty() { "(root)".to_string() } else { path.to_string() },
+            old: a.to_string(),
+            new: b.to_string(),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{differences, differing_fields, SweepConfig};
+    use crate::cli::{Cli, Command};
+    use clap::Parser;
+    use serde_json::json;
+
+    #[test]
+    fn differing_fields_names_leaves() {
+        let a = json!({"models": ["m"], "run": {"seed": 0, "prompt": {"max_new_tokens": 8}}, "x": [1, 2]});
+        let b = json!({"models": ["m"], "run": {"seed": 1, "prompt": {"max_new_tokens": 16}}, "x": [1, 3], "y": true});
+        assert_eq!(differing_fields(&a, &b, 10), ["run.seed", "run.prompt.max_new_tokens", "x[1]", "y"]);
+        assert_eq!(differing_fields(&a, &b, 1), ["run.seed"]);
+        assert!(differing_fields(&a, &a, 10).is_empty());
+        // Lists of different lengths differ as a whole.
+        assert_eq!(differing_fields(&json!({"c": [1]}), &json!({"c": [1, 2]}), 10), ["c"]);
+        assert_eq!(differences(&a, &b, 1)[0].to_string(), "run.seed: 0 in the folder, 1 now");
+    }
+
+    /// A run configuration as `themisto run` builds it (max new tokens 256).
+    fn base() -> super::RunConfig {
+        match Cli::try_parse_from(["themisto", "run", "--limit", "2", "--threads", "2"]).unwrap().command {
+            Command::Run(args) => args.config().unwrap(),
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn budgets_are_sorted_and_checked() {
+        let c = SweepConfig::new(vec!["a".into()], vec![1024, 512], base()).unwrap();
+        assert_eq!(c.context_tokens, [512, 1024]);
+        assert_eq!((c.run.model.as_str(), c.run.prompt.context_tokens), ("a", 512));
+        assert_eq!(c.run_config("a", 1024).prompt.context_tokens, 1024);
+        let err = SweepConfig::new(vec!["a".into()], vec![256, 512, 128], base()).unwrap_err().to_string();
+        assert!(err.contains("--context-tokens 128,256 cannot hold --max-new-tokens 256"), "{err}");
+        let err = SweepConfig::new(vec!["a".into()], vec![512, 512], base()).unwrap_err().to_string();
+        assert!(err.contains("512 twice"), "{err}");
+        let err = SweepConfig::new(vec!["a".into(), "a".into()], vec![512], base()).unwrap_err().to_string();
+        assert!(err.contains("given twice"), "{err}");
+    }
+
+    #[test]
+    fn identity_ignores_threads_only() {
+        let a = SweepConfig::new(vec!["a".into()], vec![512], base()).unwrap();
+        let mut b = a.clone();
+        b.run.threads = None;
+        assert_eq!(a.identity(), b.identity());
+        b.run.seed = 1;
+        assert_ne!(a.identity(), b.identity());
+    }
+}

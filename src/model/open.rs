@@ -1,0 +1,122 @@
+//! The one model opener: `--model` text → model card → files (fetched and
+//! verified) → device → engine → a [`LoadedModel`] behind the
+//! [`LanguageModel`] seam. Every command that needs a model goes through
+//! [`open`] (or [`open_tokenizer`] when only the tokenizer is needed), so the
+//! load sequence is written once.
+
+use super::candle::{build_weights, CandleModel};
+use super::device::DeviceSpec;
+use super::engine::{has_cpu_kernel, Engine, WeightsPolicy};
+use super::fetch::{self, FetchOptions, ResolvedModel};
+use super::gguf::{read_content, tokenizer_for, GgufFacts};
+use super::native::NativeModel;
+use super::registry::{self, ModelCard};
+use super::{LanguageModel, ModelError, ModelInfo};
+use crate::tokenizer::Tokenizer;
+use candle_core::Device;
+
+/// How to load a model's weights.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoadOptions {
+    pub weights: WeightsPolicy,
+    pub engine: Engine,
+}
+
+/// Everything [`open`] needs besides the `--model` text.
+#[derive(Debug, Clone)]
+pub struct OpenOptions {
+    pub device: DeviceSpec,
+    pub load: LoadOptions,
+    pub fetch: FetchOptions,
+}
+
+/// A model and its tokenizer, ready to generate.
+pub struct LoadedModel {
+    /// The model behind the seam every engine implements.
+    pub model: Box<dyn LanguageModel>,
+    pub tokenizer: Tokenizer,
+    pub info: ModelInfo,
+    /// The card the model was opened from (prompt format, stop strings).
+    pub card: ModelCard,
+}
+
+/// Open a model from `--model` text (a registry id, a card, a `.gguf` file
+/// or a folder): resolve, fetch and verify, open the device, load.
+pub fn open(spec: &str, opts: &OpenOptions) -> Result<LoadedModel, ModelError> {
+    let card = registry::resolve_spec(spec)?;
+    let resolved = fetch::fetch(&card, &opts.fetch)?;
+    let device = opts.device.open()?;
+    load(&resolved, &device, &opts.load)
+}
+
+/// The card and tokenizer of `--model` text, without reading any weight.
+pub fn open_tokenizer(spec: &str, fetch_opts: &FetchOptions) -> Result<(ModelCard, Tokenizer), ModelError> {
+    let card = registry::resolve_spec(spec)?;
+    let resolved = fetch::fetch(&card, fetch_opts)?;
+    let (path, _) = resolved.gguf();
+    let (ct, _) = read_content(path)?;
+    Ok((card, tokenizer_for(path, &ct)?))
+}
+
+/// Load already resolved files on a device.
+pub fn load(resolved: &ResolvedModel, device: &Device, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
+    let policy = opts.weights;
+    let (path, sha) = resolved.gguf();
+    let (ct, file) = read_content(path)?;
+    let facts = GgufFacts::of(&ct, path)?;
+    if !resolved.card.architecture.is_empty() && resolved.card.architecture != facts.arch_name {
+        return Err(ModelError::ArchMismatch {
+            card: resolved.card.architecture.clone(),
+            file: facts.arch_name,
+            path: path.to_path_buf(),
+        });
+    }
+    let tokenizer = tokenizer_for(path, &ct)?;
+    tokenizer.check_vocab(facts.vocab_rows)?;
+    let slow_types: std::collections::BTreeSet<String> = ct
+        .tensor_infos
+        .values()
+        .filter(|t| !has_cpu_kernel(t.ggml_dtype))
+        .map(|t| format!("{:?}", t.ggml_dtype))
+        .collect();
+    let engine = opts.engine.resolve(device.is_cpu(), policy, &ct)?;
+    let (held, weights_desc): (&'static str, String) = match policy {
+        WeightsPolicy::Quantized => ("quantized", "quantized".into()),
+        WeightsPolicy::F32 => ("f32", "f32 (dequantized, --weights f32)".into()),
+        WeightsPolicy::F16 => ("f16", "f16 (dequantized, --weights f16)".into()),
+        WeightsPolicy::Auto if device.is_cpu() && !slow_types.is_empty() => (
+            "f32",
+            format!(
+                "f32 (dequantized from {}: no SIMD CPU kernel in candle)",
+                slow_types.into_iter().collect::<Vec<_>>().join(", ")
+            ),
+        ),
+        WeightsPolicy::Auto => ("quantized", "quantized".into()),
+    };
+    let (model, weights_desc): (Box<dyn LanguageModel>, String) = if engine == Engine::Native {
+        let m = NativeModel::load(path, &ct)?;
+        let desc = m.description();
+        (Box::new(m), desc)
+    } else {
+        let weights = build_weights(facts.arch, ct, file, device, held)?;
+        let m = CandleModel::new(weights, device.clone(), facts.context_length, facts.vocab_rows);
+        (Box::new(m), weights_desc)
+    };
+    let info = ModelInfo {
+        id: resolved.card.id.clone(),
+        name: resolved.card.name.clone(),
+        architecture: facts.arch_name,
+        sha256: sha.to_string(),
+        path: path.display().to_string(),
+        origin: resolved.origin.clone(),
+        context_length: facts.context_length,
+        quantization: facts.quantization,
+        parameters: facts.parameters,
+        tokenizer: tokenizer.description(),
+        tokenizer_sha256: tokenizer.fingerprint(),
+        device: format!("{device:?}"),
+        weights: weights_desc,
+        engine: engine.to_string(),
+    };
+    Ok(LoadedModel { model, tokenizer, info, card: resolved.card.clone() })
+}

@@ -1,0 +1,99 @@
+//! End to end on the embedded sample with the real default model: stable ids,
+//! scores in range, identical predictions on a second run, resume.
+
+use crate::common;
+
+use themisto::config::{RunConfig, Selection};
+use themisto::data::samples::Task;
+use themisto::model::fetch::FetchOptions;
+use themisto::prompt::PromptSettings;
+use themisto::records::read_samples;
+use themisto::run::{run, RunOptions};
+
+fn config() -> RunConfig {
+    RunConfig {
+        model: themisto::model::registry::DEFAULT_MODEL.to_string(),
+        data: "sample".into(),
+        selection: Selection::Themisto,
+        tasks: Task::ALL.to_vec(),
+        runtime: vec![false, true],
+        limit: Some(1),
+        seed: 0,
+        prompt: PromptSettings { context_tokens: 1024, max_new_tokens: 48, runtime_share: 0.25, repr_chars: 80 },
+        prompt_templates: vec![],
+        metrics: Default::default(),
+        device: Default::default(),
+        weights: Default::default(),
+        engine: Default::default(),
+        threads: None,
+    }
+}
+
+fn options(out: &std::path::Path, resume: bool) -> RunOptions {
+    let mut fetch = FetchOptions::from_env();
+    fetch.progress = false;
+    RunOptions { out: out.to_path_buf(), resume, progress: false, fetch }
+}
+
+#[test]
+fn sample_run_is_reproducible_and_resumable() {
+    common::default_model();
+    let dir = common::tempdir();
+    let a = dir.path().join("a");
+    let b = dir.path().join("b");
+    let cfg = config();
+    let res = run(&cfg, &options(&a, false)).unwrap();
+    assert_eq!(res.groups.len(), 4, "one group per task x runtime");
+    for g in &res.groups {
+        assert_eq!(g.n + g.skipped, 1);
+        let m = &g.metrics;
+        for v in [m.exact_match.value, m.exact_match_ws.value, m.rouge_l.value, m.rouge_l_code.value] {
+            assert!((0.0..=1.0).contains(&v), "{v}");
+        }
+        assert!((0.0..=100.0).contains(&m.chrf.value));
+    }
+    let recs_a = read_samples(&a.join("samples.jsonl")).unwrap();
+    assert_eq!(recs_a.len(), 4);
+    // Ids are stable: they follow from (dataset, trajectory, step, task, runtime) alone.
+    for r in &recs_a {
+        assert_eq!(r.id, themisto::data::samples::sample_id("sample", &r.trajectory, r.step, r.task, r.runtime));
+        assert!(r.prompt_tokens + 48 <= 1024, "{}", r.prompt_tokens);
+        assert!(r.finish_reason.is_some());
+    }
+    // The two runtime variants of a task use the same step.
+    for t in Task::ALL {
+        let steps: Vec<_> = recs_a.iter().filter(|r| r.task == t).map(|r| (&r.trajectory, r.step)).collect();
+        assert_eq!(steps.len(), 2);
+        assert_eq!(steps[0], steps[1]);
+    }
+    themisto::cli::write_report_md(&a, &res).unwrap();
+    let text = std::fs::read_to_string(a.join("report.md")).unwrap();
+    assert!(text.contains("| next_cell | on |"), "{text}");
+
+    // `score` on the same predictions gives the same groups.
+    let scored = themisto::records::score::score_file(
+        &themisto::config::ScoreConfig { samples: a.join("samples.jsonl"), metrics: Default::default(), seed: 0 },
+        &dir.path().join("scored"),
+    )
+    .unwrap();
+    assert_eq!(scored.groups, res.groups);
+
+    // A second run elsewhere: byte-identical predictions.
+    run(&cfg, &options(&b, false)).unwrap();
+    let recs_b = read_samples(&b.join("samples.jsonl")).unwrap();
+    let key =
+        |r: &themisto::records::SampleRecord| (r.id.clone(), r.raw_prediction.clone(), r.prediction.clone(), r.scores);
+    assert_eq!(recs_a.iter().map(key).collect::<Vec<_>>(), recs_b.iter().map(key).collect::<Vec<_>>());
+
+    // Without --resume an existing folder is refused; with it nothing is run again.
+    let err = run(&cfg, &options(&a, false)).unwrap_err().to_string();
+    assert!(err.contains("--resume"), "{err}");
+    let again = run(&cfg, &options(&a, true)).unwrap();
+    assert_eq!(read_samples(&a.join("samples.jsonl")).unwrap().len(), 4);
+    assert_eq!(again.groups, res.groups);
+    // A different configuration cannot resume this folder.
+    let mut other = cfg.clone();
+    other.prompt.max_new_tokens = 32;
+    let err = run(&other, &options(&a, true)).unwrap_err().to_string();
+    assert!(err.contains("configuration differs"), "{err}");
+}

