@@ -35,6 +35,33 @@ pub enum Selection {
     File { path: PathBuf },
 }
 
+/// One of `count` shards of a run (`--shard INDEX/COUNT`, INDEX from 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Shard {
+    pub index: usize,
+    pub count: usize,
+}
+
+impl std::str::FromStr for Shard {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || format!("--shard {s:?}: use INDEX/COUNT with 0 <= INDEX < COUNT, e.g. 0/4");
+        let (i, n) = s.split_once('/').ok_or_else(bad)?;
+        let (index, count): (usize, usize) =
+            (i.trim().parse().map_err(|_| bad())?, n.trim().parse().map_err(|_| bad())?);
+        if count == 0 || index >= count {
+            return Err(bad());
+        }
+        Ok(Shard { index, count })
+    }
+}
+
+impl std::fmt::Display for Shard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.index, self.count)
+    }
+}
+
 /// Every setting of a run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunConfig {
@@ -62,6 +89,10 @@ pub struct RunConfig {
     /// Worker threads for the CPU backend (not part of what is compared on resume).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub threads: Option<usize>,
+    /// This run is one shard of the selection (`--shard I/N`); `themisto
+    /// merge` joins the shards into the unsharded run.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub shard: Option<Shard>,
 }
 
 impl RunConfig {
@@ -95,6 +126,11 @@ impl RunConfig {
             o.remove("threads");
         }
         v
+    }
+
+    /// What the shards of one run share: the identity without the shard.
+    pub fn unsharded(&self) -> RunConfig {
+        RunConfig { shard: None, ..self.clone() }
     }
 }
 

@@ -27,14 +27,16 @@
 //! 11. [`records`]: the wire formats (samples, results, sweep index), aggregation.
 //! 12. [`run`]: the runner: samples → prompts → model → decoder → scores → records.
 //! 13. [`sweep`]: one configuration at several budgets and models.
-//! 14. [`report`]: tables and reports for people, from records only.
-//! 15. [`cli`]: the command line: arguments → configurations → stages.
+//! 14. [`merge`]: joining the shards of a run or a sweep.
+//! 15. [`report`]: tables and reports for people, from records only.
+//! 16. [`cli`]: the command line: arguments → configurations → stages.
 
 pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod data;
 pub mod decode;
+pub mod merge;
 pub mod metrics;
 pub mod model;
 pub mod prompt;
@@ -48,7 +50,7 @@ pub mod util;
 
 /// The top-level modules in pipeline order: each may import only those
 /// before it (and `util`).
-pub const MODULE_ORDER: [&str; 15] = [
+pub const MODULE_ORDER: [&str; 16] = [
     "util",
     "data",
     "recorder",
@@ -62,6 +64,7 @@ pub const MODULE_ORDER: [&str; 15] = [
     "records",
     "run",
     "sweep",
+    "merge",
     "report",
     "cli",
 ];

@@ -3,9 +3,10 @@
 use clap::Parser;
 
 fn main() {
+    themisto::cli::process_setup();
     let cli = themisto::cli::Cli::parse();
     if let Err(err) = themisto::cli::dispatch(cli) {
-        eprintln!("error: {err:#}");
+        eprintln!("error: {}", themisto::cli::render_error(&err));
         std::process::exit(themisto::cli::exit_code(&err));
     }
 }

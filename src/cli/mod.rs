@@ -4,6 +4,7 @@
 
 pub mod bench;
 pub mod data;
+pub mod merge;
 pub mod models;
 pub mod prompt;
 pub mod record;
@@ -38,7 +39,7 @@ pub enum Command {
     },
     /// Build and show the prompts of a run without running the model.
     Prompt(prompt::PromptArgs),
-    /// Execute a notebook in a real Python process and record its trajectory with runtime snapshots.
+    /// Execute a notebook (or replay a logged trajectory with --replay) in a real Python process and record its trajectory with runtime snapshots.
     Record(record::RecordArgs),
     /// Re-score a samples file without a model.
     Score(score::ScoreArgs),
@@ -46,6 +47,8 @@ pub enum Command {
     BenchModel(bench::BenchArgs),
     /// Run the benchmark at several context budgets (and models) into one sweep folder; running it again continues it.
     Sweep(sweep::SweepArgs),
+    /// Join the shard folders of a sharded run or sweep (`--shard I/N`) into the unsharded result.
+    Merge(merge::MergeArgs),
     /// Write a report (markdown, HTML, SVG/PNG plots) over run and sweep folders.
     Report(report::ReportArgs),
 }
@@ -62,7 +65,51 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Score(args) => score::execute(args),
         Command::Sweep(args) => sweep::execute(args),
         Command::Report(args) => report::execute(args),
+        Command::Merge(args) => merge::execute(args),
     }
+}
+
+/// Set up the process before any work: a closed stdout (as under `| head`)
+/// ends the program quietly through SIGPIPE, like other command-line tools,
+/// instead of a panic; and libraries (candle) do not capture backtraces into
+/// their error messages when `RUST_BACKTRACE` is set (panics still honour it).
+pub fn process_setup() {
+    #[cfg(unix)]
+    // SAFETY: restoring the default action of SIGPIPE, before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+    if std::env::var_os("RUST_LIB_BACKTRACE").is_none() {
+        std::env::set_var("RUST_LIB_BACKTRACE", "0");
+    }
+}
+
+/// One line for an error and its causes, each cause once: a cause whose text
+/// its parent already shows (an OS error in a path message) is not repeated.
+pub fn render_error(err: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if text.is_empty() || out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
+}
+
+/// A run that finished with samples that failed (exit code 4): its outputs
+/// are written, the failed samples are recorded with their errors, and
+/// `--resume` runs them again.
+#[derive(Debug, thiserror::Error)]
+#[error("{failed} of {total} samples failed (their errors are in {samples}); run again with --resume to retry them")]
+pub struct SamplesFailed {
+    pub failed: usize,
+    pub total: usize,
+    pub samples: String,
 }
 
 /// Write a run folder's `report.md` (the results table for people).
@@ -76,8 +123,12 @@ pub fn write_report_md(
 }
 
 /// Exit code for an error: 2 for bad input or configuration, 3 for a model
-/// that cannot be fetched or loaded, 1 for anything else.
+/// that cannot be fetched or loaded, 4 for a run whose outputs are written
+/// but some of whose samples failed, 1 for anything else.
 pub fn exit_code(err: &anyhow::Error) -> i32 {
+    if err.downcast_ref::<SamplesFailed>().is_some() {
+        return 4;
+    }
     use crate::model::ModelError;
     use crate::run::RunError;
     for cause in err.chain() {

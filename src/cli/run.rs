@@ -127,6 +127,9 @@ pub struct RunArgs {
     /// Output folder (default: runs/TIME-MODEL).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+    /// Run only shard I of N (0 <= I < N) of the samples: steps are dealt to shards by expected cost, deterministically, so N shards run anywhere hold exactly the unsharded run's samples (join them with `themisto merge`).
+    #[arg(long, value_name = "I/N")]
+    pub shard: Option<crate::config::Shard>,
     /// Continue a run in --out: samples already recorded are not run again.
     #[arg(long)]
     pub resume: bool,
@@ -172,6 +175,7 @@ impl CommonArgs {
             weights: Default::default(),
             engine: Default::default(),
             threads: None,
+            shard: None,
         }
     }
 }
@@ -186,6 +190,7 @@ impl RunArgs {
             weights: self.weights,
             engine: self.engine,
             threads: self.threads,
+            shard: self.shard,
             ..c.run_config()
         };
         cfg.validate()?;
@@ -238,5 +243,11 @@ pub fn execute(args: RunArgs) -> anyhow::Result<()> {
         out.display(),
         out.join("report").display()
     );
+    let failed: usize = results.groups.iter().map(|g| g.failed).sum();
+    if failed > 0 {
+        let total: usize = results.groups.iter().map(|g| g.n + g.skipped + g.failed).sum();
+        let samples = out.join("samples.jsonl").display().to_string();
+        return Err(super::SamplesFailed { failed, total, samples }.into());
+    }
     Ok(())
 }

@@ -47,6 +47,11 @@ pub(crate) fn build_weights(
     held: &'static str,
 ) -> Result<Weights, ModelError> {
     let device = device.clone();
+    // The switches are process-wide environment variables: one build at a
+    // time, so two models loaded at once (tests, a future multi-model run)
+    // cannot see each other's switch.
+    static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = BUILD.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let worker = std::thread::spawn(move || -> Result<Weights, candle_core::Error> {
         let var = match held {
             "f32" => Some("CANDLE_DEQUANTIZE_ALL"),

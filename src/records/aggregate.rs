@@ -17,8 +17,12 @@ pub fn groups(records: &[SampleRecord], opts: &MetricOptions, seed: u64) -> Vec<
     by_group
         .into_iter()
         .map(|((task, runtime), recs)| {
-            let scored: Vec<&SampleRecord> =
-                recs.iter().copied().filter(|r| r.skipped.is_none() && r.scores.is_some()).collect();
+            let scored: Vec<&SampleRecord> = recs
+                .iter()
+                .copied()
+                .filter(|r| r.skipped.is_none() && r.error.is_none() && r.scores.is_some())
+                .collect();
+            let failed = recs.iter().filter(|r| r.error.is_some()).count();
             let pairs: Vec<Pair<'_>> = scored
                 .iter()
                 .map(|r| Pair {
@@ -47,7 +51,8 @@ pub fn groups(records: &[SampleRecord], opts: &MetricOptions, seed: u64) -> Vec<
                 task,
                 runtime,
                 n: scored.len(),
-                skipped: recs.len() - scored.len(),
+                skipped: recs.len() - scored.len() - failed,
+                failed,
                 metrics: metrics::aggregate(&pairs, opts, seed),
                 extra: (opts.chrf_word_order > 0 || opts.rouge_lsum)
                     .then(|| metrics::aggregate_extra(&pairs, opts, seed)),

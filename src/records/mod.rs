@@ -79,6 +79,24 @@ pub fn read_samples(path: &Path) -> Result<Vec<SampleRecord>, RecordsError> {
     Ok(out)
 }
 
+/// The last record of each id, in the order the ids first appear: a sample
+/// that failed and was run again by `--resume` has two lines, and the later
+/// one counts.
+pub fn latest_per_id(records: Vec<SampleRecord>) -> Vec<SampleRecord> {
+    let mut index: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    let mut out: Vec<SampleRecord> = Vec::new();
+    for r in records {
+        match index.get(&r.id) {
+            Some(&i) => out[i] = r,
+            None => {
+                index.insert(r.id.clone(), out.len());
+                out.push(r);
+            }
+        }
+    }
+    out
+}
+
 /// Read a `results.json` and check its schema.
 pub fn read_results(path: &Path) -> Result<ResultsFile, RecordsError> {
     let text = std::fs::read_to_string(path).map_err(RecordsError::io(path))?;

@@ -37,6 +37,9 @@ pub struct GroupResult {
     pub n: usize,
     /// Samples skipped (not scored), e.g. over budget.
     pub skipped: usize,
+    /// Samples that failed with an error (not scored; `--resume` retries them).
+    #[serde(default)]
+    pub failed: usize,
     #[serde(flatten)]
     pub metrics: GroupMetrics,
     /// chrF++ / rougeLsum aggregates when enabled.

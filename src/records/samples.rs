@@ -56,6 +56,11 @@ pub struct SampleRecord {
     pub skipped: Option<SkipReason>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skip_detail: Option<String>,
+    /// Why the sample failed (the model or the prompt builder returned an
+    /// error); a failed sample is not scored, is counted in its group's
+    /// `failed`, and is run again by `--resume`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
     #[serde(default)]
     pub scores: Option<Scores>,
     /// empty, chatter, echo or answer (see `metrics::answer`).

@@ -42,8 +42,9 @@ pub fn prepare(cfg: &RunConfig, opts: &RunOptions) -> Result<HashSet<String>, Ru
         }
         if samples_path.exists() {
             records::truncate_partial_line(&samples_path)?;
-            let recs = records::read_samples(&samples_path)?;
-            done.extend(recs.into_iter().map(|r| r.id));
+            // Failed samples are not done: they run again.
+            let recs = records::latest_per_id(records::read_samples(&samples_path)?);
+            done.extend(recs.into_iter().filter(|r| r.error.is_none()).map(|r| r.id));
         }
     }
     records::write_json_atomic(&config_path, cfg).map_err(io_err(&config_path))?;

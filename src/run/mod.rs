@@ -108,9 +108,6 @@ pub fn run_in(session: &mut Session, cfg: &RunConfig, opts: &RunOptions) -> Resu
     let Session { dataset, loaded } = session;
     let dataset: &Dataset = dataset;
     let (samples, warnings) = select_samples(cfg, dataset)?;
-    for w in &warnings {
-        eprintln!("warning: {w}");
-    }
     if samples.is_empty() {
         return Err(RunError::Config(format!(
             "no samples: dataset {} has no step with {MIN_PRIOR_STEPS} earlier steps for the chosen tasks",
@@ -121,6 +118,9 @@ pub fn run_in(session: &mut Session, cfg: &RunConfig, opts: &RunOptions) -> Resu
     let custom: Vec<PromptTemplate> =
         cfg.prompt_templates.iter().map(|p| PromptTemplate::load(p)).collect::<Result<_, _>>()?;
     let done = folder::prepare(cfg, opts)?;
+    for w in &warnings {
+        eprintln!("warning: {w}");
+    }
     let samples_path = opts.out.join("samples.jsonl");
     let mut samples_file =
         std::fs::OpenOptions::new().create(true).append(true).open(&samples_path).map_err(io_err(&samples_path))?;
@@ -133,7 +133,14 @@ pub fn run_in(session: &mut Session, cfg: &RunConfig, opts: &RunOptions) -> Resu
     let mut speed = Speed::default();
     for s in todo {
         bar.set_message(format!("{} runtime={}{}", s.task, s.runtime, speed.line()));
-        let rec = sample::run_one(&ctx, s, model.as_mut())?;
+        let rec = match sample::run_one(&ctx, s, model.as_mut()) {
+            Ok(rec) => rec,
+            Err(e) => {
+                // Keep the failure and go on; the model's cache may be in any state.
+                let _ = model.truncate(0);
+                sample::failed_record(dataset, s, &e)
+            }
+        };
         records::append_sample(&mut samples_file, &rec).map_err(io_err(&samples_path))?;
         speed.add(&rec);
         bar.inc(1);
@@ -142,8 +149,10 @@ pub fn run_in(session: &mut Session, cfg: &RunConfig, opts: &RunOptions) -> Resu
     drop(builder);
 
     let ids: HashSet<&str> = samples.iter().map(|s| s.id.as_str()).collect();
-    let records: Vec<SampleRecord> =
-        records::read_samples(&samples_path)?.into_iter().filter(|r| ids.contains(r.id.as_str())).collect();
+    let records: Vec<SampleRecord> = records::latest_per_id(records::read_samples(&samples_path)?)
+        .into_iter()
+        .filter(|r| ids.contains(r.id.as_str()))
+        .collect();
     let threads = cfg.threads.unwrap_or_else(candle_core::utils::get_num_threads);
     let results = ResultsFile {
         schema: records::RESULTS_SCHEMA.to_string(),

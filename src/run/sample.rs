@@ -46,6 +46,7 @@ pub fn blank_record(dataset: &Dataset, sample: &Sample) -> SampleRecord {
         generated_tokens: 0,
         skipped: None,
         skip_detail: None,
+        error: None,
         scores: None,
         extra_scores: None,
         answer_kind: None,
@@ -53,6 +54,12 @@ pub fn blank_record(dataset: &Dataset, sample: &Sample) -> SampleRecord {
         prefill_s: 0.0,
         decode_s: 0.0,
     }
+}
+
+/// The record of a sample whose prompt or generation failed: kept, with the
+/// error, so the run can go on and `--resume` can retry it.
+pub fn failed_record(dataset: &Dataset, sample: &Sample, error: &RunError) -> SampleRecord {
+    SampleRecord { error: Some(error.to_string()), ..blank_record(dataset, sample) }
 }
 
 /// Run one sample on `model`.

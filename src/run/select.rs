@@ -47,7 +47,60 @@ pub fn select_samples(cfg: &RunConfig, dataset: &Dataset) -> Result<(Vec<Sample>
             b.runtime,
         ))
     });
+    // Only the warnings about the tasks asked for.
+    warnings.retain(|w| {
+        !w.starts_with("task ") || cfg.tasks.iter().any(|t| w.starts_with(&format!("task {}:", t.as_str())))
+    });
+    if let Some(shard) = cfg.shard {
+        let mine = shard_units(cfg, dataset, &out, shard.count);
+        out.retain(|s| mine.get(&(s.trajectory.clone(), s.step)) == Some(&shard.index));
+    }
     Ok((out, warnings))
+}
+
+/// Assign every (trajectory, step) of the selection to one of `count` shards.
+/// The samples of one step (both tasks, both variants) stay together, so a
+/// shard keeps their shared prompt prefix. Steps are dealt out by expected
+/// cost, largest first, each to the shard with the least cost so far
+/// (ties: the lowest shard index; equal costs: the first step in run order),
+/// which balances the shards and depends only on the configuration and the
+/// dataset: every shard computes the same assignment.
+fn shard_units(
+    cfg: &RunConfig,
+    dataset: &Dataset,
+    samples: &[Sample],
+    count: usize,
+) -> std::collections::HashMap<(String, usize), usize> {
+    let mut units: Vec<((String, usize), u64)> = Vec::new();
+    for s in samples {
+        let cost = expected_cost(cfg, dataset, s);
+        match units.last_mut() {
+            Some((key, c)) if key.0 == s.trajectory && key.1 == s.step => *c += cost,
+            _ => units.push(((s.trajectory.clone(), s.step), cost)),
+        }
+    }
+    let mut order: Vec<usize> = (0..units.len()).collect();
+    order.sort_by_key(|&i| (std::cmp::Reverse(units[i].1), i));
+    let mut load = vec![0u64; count];
+    let mut out = std::collections::HashMap::new();
+    for i in order {
+        let target = (0..count).min_by_key(|&k| (load[k], k)).unwrap_or(0);
+        load[target] += units[i].1;
+        out.insert(units[i].0.clone(), target);
+    }
+    out
+}
+
+/// A sample's expected cost in tokens: its prompt (the history before the
+/// step, about 4 characters a token, at most the prompt budget) plus the
+/// generation cap.
+fn expected_cost(cfg: &RunConfig, dataset: &Dataset, s: &Sample) -> u64 {
+    let budget = cfg.prompt.context_tokens.saturating_sub(cfg.prompt.max_new_tokens) as u64;
+    let chars: usize = dataset
+        .trajectory(&s.trajectory)
+        .map(|t| t.steps[..s.step.min(t.steps.len())].iter().map(|st| st.code.len() + st.output.len()).sum())
+        .unwrap_or(0);
+    (chars as u64 / 4).min(budget) + cfg.prompt.max_new_tokens as u64
 }
 
 /// sha256 of a dataset's canonical JSONL form.

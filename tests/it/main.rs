@@ -13,6 +13,7 @@ mod report_support;
 
 mod architecture;
 mod budget;
+mod cli_errors;
 mod data_hub;
 mod data_june;
 mod data_june_published;
@@ -32,6 +33,7 @@ mod record_replay;
 mod record_sample;
 mod report;
 mod report_browser;
+mod shards;
 mod sweep;
 mod tokenizer_file;
 mod tokenizer_unit;

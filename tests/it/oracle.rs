@@ -77,6 +77,7 @@ fn config(limit: Option<usize>, context_tokens: usize, max_new_tokens: usize) ->
         weights: Default::default(),
         engine: Default::default(),
         threads: Some(1),
+        shard: None,
     }
 }
 
@@ -175,4 +176,86 @@ fn echo_and_silence_get_their_answer_kinds() {
         assert_eq!(r.prediction, "");
         assert_eq!(r.finish_reason, Some(themisto::decode::FinishReason::Eos));
     }
+}
+
+/// A model that fails on the prompts in `fail` (while `failing` is set) and
+/// answers every other prompt with nothing.
+struct Flaky {
+    inner: PromptScripted,
+    fail: std::collections::HashSet<Vec<u32>>,
+}
+
+impl LanguageModel for Flaky {
+    fn forward(&mut self, tokens: &[u32]) -> Result<Vec<f32>, ModelError> {
+        let mut all = self.inner.cached.clone();
+        all.extend_from_slice(tokens);
+        if self.fail.iter().any(|p| all.starts_with(p)) {
+            return Err(ModelError::Other("simulated device failure".into()));
+        }
+        self.inner.forward(tokens)
+    }
+    fn truncate(&mut self, len: usize) -> Result<(), ModelError> {
+        self.inner.truncate(len)
+    }
+    fn cached_len(&self) -> usize {
+        self.inner.cached_len()
+    }
+    fn cached_tokens(&self) -> &[u32] {
+        self.inner.cached_tokens()
+    }
+    fn context_length(&self) -> usize {
+        self.inner.context_length()
+    }
+    fn vocab_rows(&self) -> usize {
+        self.inner.vocab_rows()
+    }
+}
+
+#[test]
+fn a_failing_sample_is_kept_counted_and_retried_on_resume() {
+    common::default_model();
+    let cfg = config(Some(2), 1024, 32);
+    let mut fetch = FetchOptions::from_env();
+    fetch.progress = false;
+    let (card, tokenizer) = themisto::model::open_tokenizer(&cfg.model, &fetch).unwrap();
+    let dataset = themisto::data::load(&cfg.data_spec()).unwrap();
+    let (samples, _) = select_samples(&cfg, &dataset).unwrap();
+    let builder = PromptBuilder::new(&tokenizer, card.prompt_format, cfg.prompt.clone(), vec![]).unwrap();
+    let mut scripts = HashMap::new();
+    let mut bad = std::collections::HashSet::new();
+    for (i, s) in samples.iter().enumerate() {
+        if let FitOutcome::Fitted(p) = builder.build(&dataset, s).unwrap() {
+            if i == 1 {
+                bad.insert(p.tokens.clone());
+            }
+            scripts.insert(p.tokens, Vec::new());
+        }
+    }
+    drop(builder);
+    let failing_id = samples[1].id.clone();
+    let eos = tokenizer.eos_ids()[0];
+    let vocab = tokenizer.vocab_size();
+    let dir = common::tempdir();
+    let opts = |resume| RunOptions { out: dir.path().join("run"), resume, progress: false, fetch: fetch.clone() };
+    let model = Flaky { inner: PromptScripted { scripts: scripts.clone(), eos, vocab, cached: Vec::new() }, fail: bad };
+    let info = info(&tokenizer);
+    let mut session = Session { dataset, loaded: LoadedModel { model: Box::new(model), tokenizer, info, card } };
+    let res = run_in(&mut session, &cfg, &opts(false)).unwrap();
+    let failed: usize = res.groups.iter().map(|g| g.failed).sum();
+    let scored: usize = res.groups.iter().map(|g| g.n).sum();
+    assert_eq!((failed, scored), (1, samples.len() - 1), "the run goes on after the failure");
+    let recs = read_samples(&dir.path().join("run/samples.jsonl")).unwrap();
+    let bad_rec = recs.iter().find(|r| r.id == failing_id).unwrap();
+    assert!(bad_rec.error.as_deref().unwrap().contains("simulated device failure"), "{bad_rec:?}");
+    assert!(bad_rec.scores.is_none() && bad_rec.skipped.is_none());
+
+    // Resume with a model that works: only the failed sample runs again.
+    let eos_model = PromptScripted { scripts, eos, vocab, cached: Vec::new() };
+    session.loaded.model = Box::new(eos_model);
+    let res = run_in(&mut session, &cfg, &opts(true)).unwrap();
+    assert_eq!(res.groups.iter().map(|g| g.failed).sum::<usize>(), 0);
+    assert_eq!(res.groups.iter().map(|g| g.n).sum::<usize>(), samples.len());
+    let recs = read_samples(&dir.path().join("run/samples.jsonl")).unwrap();
+    assert_eq!(recs.len(), samples.len() + 1, "the retry is appended; the failed line stays");
+    assert!(recs.last().unwrap().id == failing_id && recs.last().unwrap().error.is_none());
 }

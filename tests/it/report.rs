@@ -208,7 +208,9 @@ fn same_run_twice_is_labelled_apart_and_does_not_differ() {
     let sweep_dir = make_sweep(dir.path());
     let run = sweep_dir.join("tiny/ctx-512");
     let groups = results(&run).groups;
-    let done = write_report(&[run.clone(), run], &dir.path().join("r"), &ReportOptions { seed: 4, ..Default::default() }).unwrap();
+    let done =
+        write_report(&[run.clone(), run], &dir.path().join("r"), &ReportOptions { seed: 4, ..Default::default() })
+            .unwrap();
     assert_eq!(done.runs, 2);
     let cmp = done.comparison.unwrap();
     // Every group has a row; its pairs are its scored samples (none where

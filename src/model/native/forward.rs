@@ -119,7 +119,14 @@ impl Transformer {
             let from = if l == last_layer { n - 1 } else { 0 };
             let m = n - from;
             let mut att = vec![0f32; m * qd];
-            cache.attention(l, &q[from * qd..], p + from, HeadShape { heads: cfg.heads, head_dim: hd }, &mut att, kernels);
+            cache.attention(
+                l,
+                &q[from * qd..],
+                p + from,
+                HeadShape { heads: cfg.heads, head_dim: hd },
+                &mut att,
+                kernels,
+            );
             let mut o = vec![0f32; m * h];
             matmul(&mut [(&lw.wo, &mut o[..])], &att, m, kernels);
             let xs = &mut x[from * h..];

@@ -26,6 +26,7 @@ fn config() -> RunConfig {
         weights: Default::default(),
         engine: Default::default(),
         threads: None,
+        shard: None,
     }
 }
 
