@@ -38,6 +38,14 @@ pub fn merge(inputs: &[PathBuf], out: &Path) -> Result<Merged, RunError> {
         return Err(refuse("give the shard folders to merge"));
     }
     check_out(out)?;
+    for d in inputs {
+        if !d.join("config.json").is_file() && !d.join("sweep.json").is_file() {
+            return Err(refuse(format!(
+                "{} is neither a run folder (config.json) nor a sweep folder (sweep.json)",
+                d.display()
+            )));
+        }
+    }
     let sweeps = inputs.iter().filter(|d| d.join("sweep.json").is_file()).count();
     if sweeps == inputs.len() {
         merge_sweeps(inputs, out)

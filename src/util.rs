@@ -1,8 +1,8 @@
-//! Small helpers shared across stages: hashing and hex.
+//! Small helpers shared across stages: hashing, hex, and atomic file output.
 
 use sha2::{Digest, Sha256};
-use std::io::Read;
-use std::path::Path;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
 
 /// Lower-case hex of bytes.
 pub fn hex(bytes: &[u8]) -> String {
@@ -35,6 +35,52 @@ pub fn sha256_file(path: &Path) -> std::io::Result<String> {
     Ok(hex(&h.finalize()))
 }
 
+/// A file written beside its target (`NAME.tmp`) and renamed over it by
+/// [`AtomicFile::commit`]: a failure before that (or a drop) removes the
+/// temporary file and leaves whatever was at the target untouched.
+pub struct AtomicFile {
+    target: PathBuf,
+    tmp: PathBuf,
+    file: Option<std::io::BufWriter<std::fs::File>>,
+}
+
+impl AtomicFile {
+    /// Create the temporary file beside `target`.
+    pub fn create(target: &Path) -> std::io::Result<Self> {
+        let mut name = target.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+        name.push(".tmp");
+        let tmp = target.with_file_name(name);
+        let file = std::fs::File::create(&tmp)?;
+        Ok(AtomicFile { target: target.to_path_buf(), tmp, file: Some(std::io::BufWriter::new(file)) })
+    }
+
+    /// Flush and rename over the target.
+    pub fn commit(mut self) -> std::io::Result<()> {
+        if let Some(mut f) = self.file.take() {
+            f.flush()?;
+            f.get_ref().sync_all()?;
+        }
+        std::fs::rename(&self.tmp, &self.target)
+    }
+}
+
+impl Write for AtomicFile {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.file.as_mut().expect("open until commit").write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.as_mut().expect("open until commit").flush()
+    }
+}
+
+impl Drop for AtomicFile {
+    fn drop(&mut self) {
+        if self.file.take().is_some() {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -42,5 +88,21 @@ mod tests {
     #[test]
     fn sha256_of_abc() {
         assert_eq!(sha256_hex(b"abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    }
+
+    #[test]
+    fn atomic_file_keeps_the_target_until_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("keep.jsonl");
+        std::fs::write(&target, "old").unwrap();
+        let mut f = AtomicFile::create(&target).unwrap();
+        f.write_all(b"new").unwrap();
+        drop(f);
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "old");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "temporary file removed");
+        let mut f = AtomicFile::create(&target).unwrap();
+        f.write_all(b"new").unwrap();
+        f.commit().unwrap();
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "new");
     }
 }

@@ -8,8 +8,8 @@ use crate::data::loader::{LoadReport, Loaded};
 use crate::data::protocol::{self, PER_TASK};
 use crate::data::table::ColumnMap;
 use crate::data::{canonical, hub, known, stats, DataSpec, LoadOptions};
+use crate::util::AtomicFile;
 use anyhow::Context;
-use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 /// The `data` subcommands.
@@ -100,8 +100,24 @@ pub fn execute(cmd: DataCommand) -> anyhow::Result<()> {
             Ok(())
         }
         DataCommand::Sample { protocol: Protocol::Themisto, seed, per_task, input, out } => {
+            if per_task == 0 {
+                return Err(crate::config::ConfigError("--per-task must be at least 1".into()).into());
+            }
             let loaded = crate::data::load_with(&input, &LoadOptions::default())?;
             let outcome = protocol::themisto_protocol(&loaded.dataset, seed, per_task);
+            if outcome.refs.is_empty() {
+                for w in &outcome.warnings {
+                    eprintln!("warning: {w}");
+                }
+                return Err(crate::data::DataError::Format {
+                    path: PathBuf::from(input.to_string()),
+                    message: format!(
+                        "no step has the {} earlier steps and the non-empty target a sample needs; nothing written",
+                        protocol::MIN_PRIOR_STEPS
+                    ),
+                }
+                .into());
+            }
             write_file(&out, |w| protocol::write_sample_list(&outcome.refs, w))?;
             for t in &outcome.tasks {
                 eprintln!(
@@ -263,13 +279,11 @@ fn file_summary(report: &LoadReport) -> String {
     s
 }
 
-fn write_file(
-    path: &Path,
-    body: impl FnOnce(&mut BufWriter<std::fs::File>) -> std::io::Result<()>,
-) -> anyhow::Result<()> {
-    let file = std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
-    let mut w = BufWriter::new(file);
-    body(&mut w).and_then(|()| w.flush()).with_context(|| format!("cannot write {}", path.display()))
+/// Write `path` through a temporary file beside it, renamed over it at the
+/// end: a failure leaves an existing file as it was.
+fn write_file(path: &Path, body: impl FnOnce(&mut AtomicFile) -> std::io::Result<()>) -> anyhow::Result<()> {
+    let mut w = AtomicFile::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+    body(&mut w).and_then(|()| w.commit()).with_context(|| format!("cannot write {}", path.display()))
 }
 
 #[cfg(test)]
@@ -325,16 +339,17 @@ mod tests {
         assert_eq!(d.trajectories.len(), 4);
         assert_eq!(d.step_count(), 8 + 6);
         let samples = tmp.path().join("samples.jsonl");
-        execute(DataCommand::Sample {
+        let err = execute(DataCommand::Sample {
             protocol: Protocol::Themisto,
             seed: 1,
             per_task: 200,
             input: DataSpec::File(out),
             out: samples.clone(),
         })
-        .unwrap();
-        // No trajectory has six steps: an empty (but written) list.
-        assert_eq!(std::fs::read_to_string(samples).unwrap(), "");
+        .unwrap_err();
+        // No trajectory has six steps: an error, and no (empty) list written.
+        assert!(err.to_string().contains("nothing written"), "{err}");
+        assert!(!samples.exists());
         let err = execute(DataCommand::Convert {
             inputs: vec![fixtures.join("themisto/bad.jsonl")],
             out: tmp.path().join("bad.jsonl"),

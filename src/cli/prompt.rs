@@ -60,9 +60,7 @@ pub fn execute(args: PromptArgs) -> anyhow::Result<()> {
     let builder =
         PromptBuilder::new(&tokenizer, card.prompt_format, cfg.prompt.clone(), custom).map_err(RunError::from)?;
     let mut dump = match &args.dump {
-        Some(p) => Some(std::io::BufWriter::new(
-            std::fs::File::create(p).map_err(|e| RunError::Io { path: p.clone(), source: e })?,
-        )),
+        Some(p) => Some(crate::util::AtomicFile::create(p).map_err(|e| RunError::Io { path: p.clone(), source: e })?),
         None => None,
     };
     let stdout = std::io::stdout();
@@ -127,8 +125,9 @@ pub fn execute(args: PromptArgs) -> anyhow::Result<()> {
             }
         }
     }
-    if let Some(mut f) = dump {
-        f.flush()?;
+    if let Some(f) = dump {
+        let p = args.dump.as_ref().unwrap();
+        f.commit().map_err(|e| RunError::Io { path: p.clone(), source: e })?;
         eprintln!("{} prompts written to {}", samples.len(), args.dump.as_ref().unwrap().display());
     }
     Ok(())

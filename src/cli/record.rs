@@ -1,11 +1,11 @@
 //! `themisto record`: command-line arguments for the notebook recorder, turned into
 //! a [`RecordConfig`] and handed to [`record_notebook`], or with `--replay` into
-//! a [`ReplayConfig`] handed to [`replay`].
+//! a [`ReplayConfig`] handed to [`fn@crate::recorder::replay`].
 
 use crate::data::table::ColumnMap;
 use crate::data::{DataSpec, LoadOptions};
 use crate::recorder::{
-    record_notebook, replay, Ending, RecordConfig, ReplayConfig, DEFAULT_KILL_GRACE, DEFAULT_OUTPUT_LIMIT,
+    record_notebook, replay, Ending, RecordConfig, RecordError, ReplayConfig, DEFAULT_KILL_GRACE, DEFAULT_OUTPUT_LIMIT,
     DEFAULT_REPR_LIMIT,
 };
 use anyhow::Context;
@@ -138,7 +138,8 @@ pub fn execute(args: RecordArgs) -> anyhow::Result<()> {
         return execute_replay(&cfg);
     }
     let cfg = args.to_config()?;
-    let outcome = record_notebook(&cfg).with_context(|| format!("recording {}", cfg.notebook.display()))?;
+    let outcome =
+        record_notebook(&cfg).map_err(input_error).with_context(|| format!("recording {}", cfg.notebook.display()))?;
     let steps = outcome.trajectory.steps.len();
     eprintln!(
         "recorded {steps} steps ({} errors) of trajectory {:?} from {} with Python {} into {}",
@@ -160,6 +161,20 @@ pub fn execute(args: RecordArgs) -> anyhow::Result<()> {
         ),
     }
     Ok(())
+}
+
+/// A notebook that is not a readable Python notebook is bad data (exit 2), as
+/// in `data convert`.
+fn input_error(e: RecordError) -> anyhow::Error {
+    match e {
+        RecordError::Notebook { path, message } => crate::data::DataError::Format { path, message }.into(),
+        RecordError::NotPython { path, language } => crate::data::DataError::Format {
+            path,
+            message: format!("the kernel language is {language:?}; the recorder runs Python notebooks only"),
+        }
+        .into(),
+        other => other.into(),
+    }
 }
 
 fn execute_replay(cfg: &ReplayConfig) -> anyhow::Result<()> {

@@ -132,12 +132,27 @@ fn row_from_line(line: &str) -> Result<StepRow, String> {
         }
         obj.insert("extra".into(), Value::Object(extra));
     }
-    serde_json::from_value(Value::Object(obj)).map_err(|e| e.to_string())
+    serde_json::from_value(Value::Object(obj.clone())).map_err(|e| match wrong_field(&obj) {
+        Some((field, message)) => format!("field `{field}`: {message}"),
+        None => e.to_string(),
+    })
+}
+
+/// The first field whose value alone makes a minimal valid row invalid, with
+/// serde's message (serde's own error does not name the field).
+fn wrong_field(obj: &Map<String, Value>) -> Option<(String, String)> {
+    let base = serde_json::json!({"trajectory": "t", "step": 0, "code": "", "output": "", "output_kind": "none"});
+    let Value::Object(base) = base else { return None };
+    obj.iter().find_map(|(k, v)| {
+        let mut probe = base.clone();
+        probe.insert(k.clone(), v.clone());
+        serde_json::from_value::<StepRow>(Value::Object(probe)).err().map(|e| (k.clone(), e.to_string()))
+    })
 }
 
 /// Read a canonical JSONL file. The dataset name is the file name.
 pub fn read_file(path: &Path) -> Result<Dataset, DataError> {
-    let text = std::fs::read_to_string(path).map_err(|source| DataError::Io { path: path.to_path_buf(), source })?;
+    let text = super::containers::read_utf8(path)?;
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| path.display().to_string());
     parse(&text, path, &name)
 }

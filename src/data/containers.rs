@@ -53,7 +53,23 @@ pub fn rows(path: &Path, container: Container) -> Result<Vec<Row>, DataError> {
 }
 
 fn read_text(path: &Path) -> Result<String, DataError> {
-    std::fs::read_to_string(path).map_err(|source| DataError::Io { path: path.to_path_buf(), source })
+    read_utf8(path)
+}
+
+/// A file's text; invalid UTF-8 is an error naming the line and byte.
+pub fn read_utf8(path: &Path) -> Result<String, DataError> {
+    let bytes = std::fs::read(path).map_err(|source| DataError::Io { path: path.to_path_buf(), source })?;
+    String::from_utf8(bytes).map_err(|e| {
+        let at = e.utf8_error().valid_up_to();
+        let bytes = e.as_bytes();
+        let line = bytes[..at].iter().filter(|b| **b == b'\n').count() + 1;
+        let col = at - bytes[..at].iter().rposition(|b| *b == b'\n').map_or(0, |p| p + 1) + 1;
+        DataError::Invalid {
+            path: path.to_path_buf(),
+            line,
+            message: format!("not valid UTF-8 at byte {col} of the line (byte {at} of the file)"),
+        }
+    })
 }
 
 /// JSONL lines as rows (blank lines ignored).

@@ -55,7 +55,7 @@ pub struct NotebookRead {
 
 /// Read a notebook file. The trajectory id is `path` as given.
 pub fn read_file(path: &Path, skip_invalid: bool) -> Result<NotebookRead, DataError> {
-    let text = std::fs::read_to_string(path).map_err(|source| DataError::Io { path: path.to_path_buf(), source })?;
+    let text = super::containers::read_utf8(path)?;
     parse(&text, path, &path.display().to_string(), skip_invalid)
 }
 
@@ -178,7 +178,12 @@ fn code_cell(obj: &Map<String, Value>, version: u8) -> Result<Option<(u64, Step)
         }
     };
     let source_field = if version == 3 { "input" } else { "source" };
-    let code = nbout::multiline(obj.get(source_field), source_field)?.unwrap_or_default();
+    // nbformat requires the source of a code cell; an executed cell without
+    // one is a broken notebook, not a step with empty code.
+    let code = nbout::multiline(obj.get(source_field), source_field)?.ok_or_else(|| OutputError {
+        field: source_field.into(),
+        message: "missing (a code cell with an execution count must have its source)".into(),
+    })?;
     let outputs = match obj.get("outputs") {
         None | Some(Value::Null) => &[][..],
         Some(Value::Array(o)) => o.as_slice(),

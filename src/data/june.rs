@@ -3,7 +3,7 @@
 //! Owns the reading of a JuNE log (JetBrains Research, "Jupyter Notebooks
 //! Executions": one row per notebook event) from CSV, JSONL, a JSON array or
 //! Parquet into validated [`Event`]s, and a [`JuneInfo`] for the loader's
-//! report. [`june_steps`](super::june_steps) turns one kernel's events into
+//! report. [`super::june_steps`] turns one kernel's events into
 //! steps. A JuNE log is recognised by its columns (`event` and `kernel_id`),
 //! not by the file's extension.
 //!
@@ -172,6 +172,13 @@ where
                 check_columns(path, &names).map_err(|e| ("(columns)".to_string(), e.to_string()))?;
                 checked = true;
             }
+            // The columns a step is keyed and ordered by hold single values.
+            for key in ["kernel_id", "event", "time", "action_id"] {
+                if let Some(v @ (Value::Array(_) | Value::Object(_))) = row.get(key) {
+                    let kind = if v.is_array() { "a list" } else { "an object" };
+                    return Err((key.to_string(), format!("expected a single value, found {kind}")));
+                }
+            }
             let cells = row.iter().map(|(k, v)| (k.as_str(), std::borrow::Cow::Owned(json_text(v))));
             to_event(cells, seq, place)
         });
@@ -263,6 +270,14 @@ fn to_event<'a>(
                     return Err(("time".into(), "empty; rows are ordered by time".into()));
                 }
                 ev.time = value.trim().replace('T', " ").trim_end_matches('Z').to_string();
+                // Rows are sorted by this text, which is time order only for
+                // one fixed layout.
+                if chrono::NaiveDateTime::parse_from_str(&ev.time, "%Y-%m-%d %H:%M:%S%.f").is_err() {
+                    return Err((
+                        "time".into(),
+                        format!("{value:?} is not a time like `2023-05-06 10:32:26.282`; rows are ordered by time"),
+                    ));
+                }
                 ev.extra.insert("time".into(), Value::from(value.trim()));
             }
             "action_id" if !value.trim().is_empty() => {

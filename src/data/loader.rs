@@ -194,6 +194,19 @@ pub fn load_paths(paths: &[PathBuf], opts: &LoadOptions) -> Result<Loaded, DataE
         .collect::<Vec<_>>()
         .join("+");
     let source = paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ");
+    if acc.trajectories.is_empty() {
+        let r = &acc.report;
+        return Err(DataError::Format {
+            path: PathBuf::from(&source),
+            message: format!(
+                "no trajectory with an executed step ({} files read, {} trajectories without steps, {} files ignored, {} skipped as invalid)",
+                r.files.len(),
+                r.empty_trajectories,
+                r.ignored.len(),
+                r.skipped_files.len()
+            ),
+        });
+    }
     Ok(Loaded { dataset: Dataset { name, source, trajectories: acc.trajectories }, report: acc.report })
 }
 
@@ -347,7 +360,7 @@ pub fn detect(path: &Path) -> Result<Option<Format>, DataError> {
     if &head[..n] == b"PAR1" {
         return parquet_format(path).map(Some);
     }
-    let text = std::fs::read_to_string(path).map_err(io)?;
+    let text = super::containers::read_utf8(path)?;
     let trimmed = text.trim_start();
     if trimmed.starts_with('[') {
         let doc: Value = serde_json::from_str(&text).map_err(|e| DataError::Invalid {
@@ -479,8 +492,7 @@ pub fn read_with(path: &Path, format: Format, opts: &LoadOptions) -> Result<(Vec
             (r.trajectories, r.skipped)
         }
         Format::Canonical | Format::CanonicalJsonArray => {
-            let mut text =
-                std::fs::read_to_string(path).map_err(|source| DataError::Io { path: path.to_path_buf(), source })?;
+            let mut text = super::containers::read_utf8(path)?;
             if format == Format::CanonicalJsonArray {
                 // One element per line, so errors name the 1-based element as the line.
                 let items: Vec<Value> = serde_json::from_str(&text).map_err(|e| DataError::Invalid {

@@ -17,8 +17,45 @@ use std::path::Path;
 /// How a pickled binary value reads (it is never unpickled): this prefix, its size, `>`.
 pub const PICKLED_VALUE: &str = "<pickled value, ";
 
+thread_local! {
+    static IN_PARQUET: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Run `f`, which calls the parquet crate, turning a panic in the crate (it
+/// asserts on some malformed files) into a clean error naming the file; the
+/// panic is not printed.
+fn guarded<T>(path: &Path, f: impl FnOnce() -> Result<T, DataError>) -> Result<T, DataError> {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !IN_PARQUET.with(|q| q.get()) {
+                previous(info);
+            }
+        }));
+    });
+    let was = IN_PARQUET.with(|q| q.replace(true));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    IN_PARQUET.with(|q| q.set(was));
+    result.unwrap_or_else(|panic| {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        Err(DataError::Format {
+            path: path.to_path_buf(),
+            message: format!("not a readable Parquet file (the parquet reader failed: {what})"),
+        })
+    })
+}
+
 /// Every row of a Parquet file, in file order.
 pub fn read_rows(path: &Path) -> Result<Vec<Map<String, Value>>, DataError> {
+    guarded(path, || read_rows_unguarded(path))
+}
+
+fn read_rows_unguarded(path: &Path) -> Result<Vec<Map<String, Value>>, DataError> {
     let format_err = |message: String| DataError::Format { path: path.to_path_buf(), message };
     let file = std::fs::File::open(path).map_err(|source| DataError::Io { path: path.to_path_buf(), source })?;
     let reader =
@@ -34,6 +71,10 @@ pub fn read_rows(path: &Path) -> Result<Vec<Map<String, Value>>, DataError> {
 
 /// The top-level column names of a Parquet file.
 pub fn column_names(path: &Path) -> Result<Vec<String>, DataError> {
+    guarded(path, || column_names_unguarded(path))
+}
+
+fn column_names_unguarded(path: &Path) -> Result<Vec<String>, DataError> {
     let file = std::fs::File::open(path).map_err(|source| DataError::Io { path: path.to_path_buf(), source })?;
     let reader = SerializedFileReader::new(file).map_err(|e| DataError::Format {
         path: path.to_path_buf(),

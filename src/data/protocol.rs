@@ -254,7 +254,12 @@ pub fn write_sample_list<W: Write>(refs: &[SampleRef], mut out: W) -> std::io::R
 /// Read a sample list written by `data sample`; blank lines are ignored,
 /// other fields are allowed, a repeated ref is an error.
 pub fn read_sample_list(path: &Path) -> Result<Vec<SampleRef>, DataError> {
-    let text = std::fs::read_to_string(path).map_err(|source| DataError::Io { path: path.to_path_buf(), source })?;
+    Ok(read_sample_list_lines(path)?.into_iter().map(|(_, r)| r).collect())
+}
+
+/// [`read_sample_list`] with each ref's 1-based line; an empty list is an error.
+pub fn read_sample_list_lines(path: &Path) -> Result<Vec<(usize, SampleRef)>, DataError> {
+    let text = super::containers::read_utf8(path)?;
     let mut refs = Vec::new();
     let mut first_line: HashMap<SampleRef, usize> = HashMap::new();
     for (i, line) in text.lines().enumerate() {
@@ -285,7 +290,10 @@ pub fn read_sample_list(path: &Path) -> Result<Vec<SampleRef>, DataError> {
         if let Some(prev) = first_line.insert(r.clone(), i + 1) {
             return Err(err("step", format!("the same sample as line {prev}")));
         }
-        refs.push(r);
+        refs.push((i + 1, r));
+    }
+    if refs.is_empty() {
+        return Err(DataError::Format { path: path.to_path_buf(), message: "the sample list is empty".into() });
     }
     Ok(refs)
 }

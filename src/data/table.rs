@@ -12,7 +12,7 @@
 //! Mapping keys: `trajectory` and `code` (required), `order`, `output`,
 //! `output_kind`, `stderr`, `has_image`, `exec_time_s` (seconds),
 //! `exec_time_ms`, `memory_bytes`, `memory_mb`, `variables`, `state_hash`.
-//! Values are read as [`themisto_rows`](super::themisto_rows) reads its
+//! Values are read as [`super::themisto_rows`] reads its
 //! canonical columns (variables in any of its shapes, numbers as text).
 
 use super::containers::{self, Container, FieldErr, Row};

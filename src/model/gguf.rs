@@ -13,12 +13,24 @@ pub(crate) fn md_u32(ct: &gguf_file::Content, key: &str) -> Option<u32> {
     ct.metadata.get(key).and_then(|v| v.to_u32().ok())
 }
 
+/// Elements of a tensor, `None` when the dimensions overflow (a corrupt header).
+fn elem_count(info: &gguf_file::TensorInfo) -> Option<u64> {
+    info.shape.dims().iter().try_fold(1u64, |n, &d| n.checked_mul(d as u64))
+}
+
 /// Check that every tensor's bytes lie inside the file.
 fn check_not_truncated(ct: &gguf_file::Content, path: &Path, file_len: u64) -> Result<(), ModelError> {
     for (name, info) in &ct.tensor_infos {
-        let elems = info.shape.elem_count() as u64;
-        let bytes = elems / info.ggml_dtype.block_size() as u64 * info.ggml_dtype.type_size() as u64;
-        let end = ct.tensor_data_offset + info.offset + bytes;
+        let end = elem_count(info).and_then(|elems| {
+            let bytes = (elems / info.ggml_dtype.block_size() as u64).checked_mul(info.ggml_dtype.type_size() as u64)?;
+            ct.tensor_data_offset.checked_add(info.offset)?.checked_add(bytes)
+        });
+        let Some(end) = end else {
+            return Err(ModelError::InvalidGguf {
+                path: path.to_path_buf(),
+                message: format!("tensor {name}: its shape {:?} and offset do not fit in a file", info.shape.dims()),
+            });
+        };
         if end > file_len {
             return Err(ModelError::InvalidGguf {
                 path: path.to_path_buf(),
@@ -80,11 +92,16 @@ impl GgufFacts {
             file: Some(path.to_path_buf()),
             supported: Arch::SUPPORTED.to_vec(),
         })?;
-        let vocab_rows = ct.tensor_infos.get("token_embd.weight").map(|t| t.shape.dims()[0]).ok_or_else(|| {
-            ModelError::InvalidGguf { path: path.to_path_buf(), message: "no token_embd.weight tensor".into() }
-        })?;
+        let vocab_rows =
+            ct.tensor_infos.get("token_embd.weight").and_then(|t| t.shape.dims().first().copied()).ok_or_else(
+                || ModelError::InvalidGguf {
+                    path: path.to_path_buf(),
+                    message: "no token_embd.weight tensor (with at least one dimension)".into(),
+                },
+            )?;
         let context_length = md_u32(ct, &format!("{arch_name}.context_length")).unwrap_or(2048) as usize;
-        let parameters: u64 = ct.tensor_infos.values().map(|t| t.shape.elem_count() as u64).sum();
+        let parameters: u64 =
+            ct.tensor_infos.values().map(|t| elem_count(t).unwrap_or(u64::MAX)).fold(0, u64::saturating_add);
         Ok(GgufFacts { arch_name, arch, vocab_rows, context_length, parameters, quantization: dominant_dtype(ct) })
     }
 }
@@ -93,7 +110,8 @@ impl GgufFacts {
 fn dominant_dtype(ct: &gguf_file::Content) -> String {
     let mut counts: std::collections::BTreeMap<String, u64> = Default::default();
     for t in ct.tensor_infos.values() {
-        *counts.entry(format!("{:?}", t.ggml_dtype)).or_default() += t.shape.elem_count() as u64;
+        let n = counts.entry(format!("{:?}", t.ggml_dtype)).or_default();
+        *n = n.saturating_add(elem_count(t).unwrap_or(u64::MAX));
     }
     counts.into_iter().max_by_key(|(_, n)| *n).map(|(k, _)| k).unwrap_or_default()
 }

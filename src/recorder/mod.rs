@@ -5,7 +5,7 @@
 //! starts it.** Nothing is sandboxed; record only notebooks you would run yourself.
 //!
 //! Pipeline position: an `.ipynb` file goes in ([`notebook`]) (or, for
-//! [`replay`], the executed cells of a logged trajectory in any format the
+//! [`mod@replay`], the executed cells of a logged trajectory in any format the
 //! data readers read), one Python process
 //! runs its code cells in cell order ([`session`], the Python side is
 //! `driver.py`, standard library only), and each finished cell becomes a canonical
@@ -212,10 +212,17 @@ pub fn record_notebook(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError>
     let id = cfg.trajectory_id();
     let out_path = cfg.out.clone();
     let write_err = |source| RecordError::Write { path: out_path.clone(), source };
-    let mut out: Box<dyn Write> = if cfg.out == Path::new("-") {
-        Box::new(std::io::stdout())
+    // A file is written beside the target and renamed over it at the end, so
+    // a failure leaves an existing file as it was.
+    let mut file = if cfg.out == Path::new("-") {
+        None
     } else {
-        Box::new(std::fs::File::create(&cfg.out).map_err(write_err)?)
+        Some(crate::util::AtomicFile::create(&cfg.out).map_err(write_err)?)
+    };
+    let mut stdout = std::io::stdout();
+    let out: &mut dyn Write = match file.as_mut() {
+        Some(f) => f,
+        None => &mut stdout,
     };
     let mut sink = |step: &Step| -> Result<(), RecordError> {
         let row = StepRow { trajectory: id.clone(), step: step.clone() };
@@ -224,7 +231,11 @@ pub fn record_notebook(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError>
         line.push(b'\n');
         out.write_all(&line).and_then(|()| out.flush()).map_err(write_err)
     };
-    record_cells(&cells, cfg, &mut sink)
+    let outcome = record_cells(&cells, cfg, &mut sink)?;
+    if let Some(f) = file {
+        f.commit().map_err(write_err)?;
+    }
+    Ok(outcome)
 }
 
 /// Run `cells` in one Python session and hand each finished step to `sink`.

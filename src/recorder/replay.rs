@@ -133,10 +133,17 @@ pub fn replay(cfg: &ReplayConfig) -> Result<ReplayOutcome, RecordError> {
     };
     let out_path = cfg.out.clone();
     let write_err = |source| RecordError::Write { path: out_path.clone(), source };
-    let mut out: Box<dyn Write> = if cfg.out == Path::new("-") {
-        Box::new(std::io::stdout())
+    // A file is written beside the target and renamed over it at the end, so
+    // a failure leaves an existing file as it was.
+    let mut file = if cfg.out == Path::new("-") {
+        None
     } else {
-        Box::new(std::fs::File::create(&cfg.out).map_err(write_err)?)
+        Some(crate::util::AtomicFile::create(&cfg.out).map_err(write_err)?)
+    };
+    let mut stdout = std::io::stdout();
+    let out: &mut dyn Write = match file.as_mut() {
+        Some(f) => f,
+        None => &mut stdout,
     };
     let mut outcome = ReplayOutcome { trajectories: Vec::new(), python_version: String::new() };
     for t in chosen {
@@ -149,6 +156,9 @@ pub fn replay(cfg: &ReplayConfig) -> Result<ReplayOutcome, RecordError> {
         };
         let replayed = replay_one(t, cfg, &mut sink, &mut outcome.python_version)?;
         outcome.trajectories.push(replayed);
+    }
+    if let Some(f) = file {
+        f.commit().map_err(write_err)?;
     }
     Ok(outcome)
 }

@@ -20,7 +20,32 @@ pub fn select_samples(cfg: &RunConfig, dataset: &Dataset) -> Result<(Vec<Sample>
             warnings.extend(outcome.warnings);
             outcome.refs
         }
-        Selection::File { path } => data::protocol::read_sample_list(path)?,
+        Selection::File { path } => {
+            let lines = data::protocol::read_sample_list_lines(path)?;
+            for (line, r) in &lines {
+                let (field, message) = match dataset.trajectory(&r.trajectory) {
+                    None => ("trajectory", format!("{:?} is not in the dataset {}", r.trajectory, dataset.name)),
+                    Some(t) if r.step >= t.steps.len() => (
+                        "step",
+                        format!(
+                            "trajectory {:?} of the dataset {} has {} steps",
+                            r.trajectory,
+                            dataset.name,
+                            t.steps.len()
+                        ),
+                    ),
+                    Some(_) => continue,
+                };
+                return Err(data::DataError::Field {
+                    path: path.clone(),
+                    place: data::Place::Line(*line),
+                    field: field.into(),
+                    message,
+                }
+                .into());
+            }
+            lines.into_iter().map(|(_, r)| r).collect()
+        }
     };
     let refs: Vec<SampleRef> = refs.into_iter().filter(|r| cfg.tasks.contains(&r.task)).collect();
     for r in &refs {

@@ -33,7 +33,7 @@ const ROWS: [ReleaseRow; 3] = [
     ("k2", "x = 1", "", 0.001, 60_000_000, r#"{"x": [28, "1"]}"#, "h2"),
 ];
 
-fn write_release_parquet(path: &Path) {
+pub(crate) fn write_release_parquet(path: &Path) {
     let schema = Arc::new(
         parse_message_type(
             "message train {

@@ -12,6 +12,7 @@ mod common;
 mod report_support;
 
 mod architecture;
+mod bad_input;
 mod budget;
 mod cli_errors;
 mod data_hub;
@@ -23,6 +24,7 @@ mod data_release;
 mod data_rows;
 mod decode;
 mod fetch;
+mod fuzz;
 mod metrics_parity;
 mod model_loader;
 mod native_tiny;

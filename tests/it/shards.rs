@@ -144,3 +144,35 @@ fn shards_of_different_runs_are_refused() {
     let bad = themisto(&["run", "--model", m, "--shard", "2/2", "--out", &p("c")]);
     assert!(String::from_utf8_lossy(&bad.stderr).contains("0 <= INDEX < COUNT"), "{bad:?}");
 }
+
+#[test]
+fn sharded_sweeps_merge_into_the_unsharded_sweep() {
+    let dir = common::tempdir();
+    let model = tiny_model(dir.path());
+    let m = model.to_str().unwrap();
+    let p = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
+    let sweep = |out: &str, shard: Option<&str>| {
+        let mut a =
+            vec!["sweep", "--model", m, "--context-tokens", "512,1024", "--limit", "2", "--max-new-tokens", "6"];
+        a.extend(["--quiet", "--out", out]);
+        if let Some(s) = shard {
+            a.extend(["--shard", s]);
+        }
+        ok(&a);
+    };
+    let (whole, a, b, merged) = (p("whole"), p("a"), p("b"), p("merged"));
+    sweep(&whole, None);
+    sweep(&a, Some("0/2"));
+    sweep(&b, Some("1/2"));
+    ok(&["merge", &a, &b, "--out", &merged]);
+    let idx_w = themisto::records::sweep::read_index(Path::new(&whole)).unwrap();
+    let idx_m = themisto::records::sweep::read_index(Path::new(&merged)).unwrap();
+    assert_eq!(idx_w.config, idx_m.config);
+    assert_eq!(idx_w.runs.len(), 2);
+    for (rw, rm) in idx_w.runs.iter().zip(&idx_m.runs) {
+        assert_eq!((rw.folder.as_str(), rw.groups.clone()), (rm.folder.as_str(), rm.groups.clone()));
+        let sw = read_samples(&Path::new(&whole).join(&rw.folder).join("samples.jsonl")).unwrap();
+        let sm = read_samples(&Path::new(&merged).join(&rm.folder).join("samples.jsonl")).unwrap();
+        assert_eq!(sw.iter().map(key).collect::<Vec<_>>(), sm.iter().map(key).collect::<Vec<_>>());
+    }
+}
