@@ -21,6 +21,8 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 /// What a merge wrote: one run folder, or every run folder of a sweep.
+// One value per merge: its size does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum Merged {
     Run(ResultsFile),

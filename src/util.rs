@@ -81,9 +81,34 @@ impl Drop for AtomicFile {
     }
 }
 
+/// Urlsafe base64 without padding (RFC 4648 §5), as wheel `RECORD` files
+/// write sha256 digests.
+pub fn base64_url_nopad(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for k in 0..=chunk.len() {
+            out.push(ALPHABET[((n >> (18 - 6 * k)) & 63) as usize] as char);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn base64_url_matches_rfc_4648_vectors() {
+        assert_eq!(base64_url_nopad(b""), "");
+        assert_eq!(base64_url_nopad(b"f"), "Zg");
+        assert_eq!(base64_url_nopad(b"fo"), "Zm8");
+        assert_eq!(base64_url_nopad(b"foo"), "Zm9v");
+        assert_eq!(base64_url_nopad(b"foobar"), "Zm9vYmFy");
+        assert_eq!(base64_url_nopad(&[0xfb, 0xff]), "-_8");
+    }
 
     #[test]
     fn sha256_of_abc() {

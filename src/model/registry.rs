@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 pub const BUILTIN_CARDS: &[(&str, &str)] = &[
     ("smollm2-135m-instruct.toml", include_str!("../../models/smollm2-135m-instruct.toml")),
     ("qwen2.5-coder-0.5b-instruct.toml", include_str!("../../models/qwen2.5-coder-0.5b-instruct.toml")),
+    ("qwen2.5-coder-1.5b-instruct.toml", include_str!("../../models/qwen2.5-coder-1.5b-instruct.toml")),
 ];
 
 /// The model used when `--model` is not given.

