@@ -117,11 +117,9 @@ pub fn json_array_rows(path: &Path) -> Result<Vec<Row>, DataError> {
         .collect())
 }
 
-/// CSV records as rows of text values; the header names the columns.
-pub fn csv_rows(path: &Path) -> Result<Vec<Row>, DataError> {
-    let file = std::fs::File::open(path).map_err(|source| DataError::Io { path: path.to_path_buf(), source })?;
-    let mut rdr = csv::ReaderBuilder::new().has_headers(true).from_reader(file);
-    let headers: Vec<String> = rdr
+/// The trimmed column names of a CSV reader's header; errors name the file.
+pub fn csv_headers<R: std::io::Read>(rdr: &mut csv::Reader<R>, path: &Path) -> Result<Vec<String>, DataError> {
+    Ok(rdr
         .headers()
         .map_err(|e| DataError::Format {
             path: path.to_path_buf(),
@@ -129,7 +127,14 @@ pub fn csv_rows(path: &Path) -> Result<Vec<Row>, DataError> {
         })?
         .iter()
         .map(|h| h.trim().to_string())
-        .collect();
+        .collect())
+}
+
+/// CSV records as rows of text values; the header names the columns.
+pub fn csv_rows(path: &Path) -> Result<Vec<Row>, DataError> {
+    let file = std::fs::File::open(path).map_err(|source| DataError::Io { path: path.to_path_buf(), source })?;
+    let mut rdr = csv::ReaderBuilder::new().has_headers(true).from_reader(file);
+    let headers = csv_headers(&mut rdr, path)?;
     let mut out = Vec::new();
     for (seq, record) in rdr.records().enumerate() {
         let row = match record {

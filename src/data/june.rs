@@ -116,15 +116,7 @@ pub fn read_file(path: &Path, skip_invalid: bool) -> Result<JuneRead, DataError>
 /// Parse JuNE CSV from a reader. `path` is for messages.
 pub fn parse<R: Read>(reader: R, path: &Path, skip_invalid: bool) -> Result<JuneRead, DataError> {
     let mut rdr = csv::ReaderBuilder::new().has_headers(true).from_reader(reader);
-    let headers: Vec<String> = rdr
-        .headers()
-        .map_err(|e| DataError::Format {
-            path: path.to_path_buf(),
-            message: format!("cannot read the CSV header: {e}"),
-        })?
-        .iter()
-        .map(|h| h.trim().to_string())
-        .collect();
+    let headers = super::containers::csv_headers(&mut rdr, path)?;
     check_columns(path, &headers)?;
     let mut skipped = Vec::new();
     let mut events = Vec::new();
