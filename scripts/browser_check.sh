@@ -35,17 +35,9 @@ if [ ! -x "$bin" ]; then
     (cd "$root" && cargo build --quiet)
 fi
 
-browser=""
-for b in chromium chromium-browser google-chrome; do
-    if command -v "$b" >/dev/null 2>&1; then browser="$b"; break; fi
-done
-if [ -z "$browser" ]; then
-    echo "installing chromium (apt-get)..." >&2
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq >&2
-    apt-get install -y -qq chromium >&2
-    browser=chromium
-fi
+# shellcheck source=scripts/chromium.sh
+. "$(dirname "$0")/chromium.sh"
+browser="$(find_chromium)"
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT

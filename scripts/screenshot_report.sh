@@ -27,20 +27,9 @@ page="$(cd "$(dirname "$page")" && pwd)/$(basename "$page")"
 out="${2:-$(dirname "$page")/report.png}"
 size="${3:-1400,2400}"
 
-browser=""
-for b in chromium chromium-browser google-chrome; do
-    if command -v "$b" >/dev/null 2>&1; then
-        browser="$b"
-        break
-    fi
-done
-if [ -z "$browser" ]; then
-    echo "installing chromium (apt-get)..." >&2
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq >&2
-    apt-get install -y -qq chromium >&2
-    browser=chromium
-fi
+# shellcheck source=scripts/chromium.sh
+. "$(dirname "$0")/chromium.sh"
+browser="$(find_chromium)"
 
 profile="$(mktemp -d)"
 trap 'rm -rf "$profile"' EXIT

@@ -125,11 +125,9 @@ pub fn append_sample(file: &mut std::fs::File, rec: &SampleRecord) -> std::io::R
 /// a reader (or a crash) never sees half a file and an existing file is
 /// replaced only by a complete new one.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let mut name = path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
-    name.push(".tmp");
-    let tmp = path.with_file_name(name);
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path)
+    let mut file = crate::util::AtomicFile::create(path)?;
+    file.write_all(bytes)?;
+    file.commit()
 }
 
 /// Write JSON atomically (pretty, with a final newline).
