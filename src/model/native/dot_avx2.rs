@@ -15,6 +15,12 @@
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::{
+    __m128, _mm256_add_epi32, _mm256_castsi256_si128, _mm256_cvtepi8_epi16, _mm256_extracti128_si256,
+    _mm256_setzero_si256, _mm256_slli_epi32, _mm256_sub_epi32, _mm_cvtepi32_ps, _mm_cvtepu8_epi16, _mm_fmadd_ps,
+    _mm_hadd_epi16, _mm_loadl_epi64, _mm_madd_epi16, _mm_set1_ps, _mm_setzero_ps,
+};
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::{
     __m128i, __m256, __m256i, _mm256_add_ps, _mm256_and_si256, _mm256_broadcastsi128_si256, _mm256_castps256_ps128,
     _mm256_cmpeq_epi8, _mm256_cvtepi32_ps, _mm256_cvtph_ps, _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_loadu_ps,
     _mm256_loadu_si256, _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_or_si256, _mm256_set1_epi16, _mm256_set1_epi32,
@@ -24,7 +30,7 @@ use std::arch::x86_64::{
     _mm_cvtss_f32, _mm_loadu_si128, _mm_movehdup_ps, _mm_movehl_ps, _mm_set1_epi16,
 };
 
-use super::quant::{k4_scale_min, ActRow, QType, QK};
+use super::quant::{k4_scale_min, ActRow, KActRow, QType, QK, QK_K};
 
 /// True when this CPU has AVX2, FMA and F16C.
 pub fn available() -> bool {
@@ -381,5 +387,176 @@ unsafe fn load8(t: QType, w: &[u8], i: usize) -> __m256 {
         _mm256_loadu_ps(w.as_ptr().add(4 * i) as *const f32)
     } else {
         _mm256_cvtph_ps(_mm_loadu_si128(w.as_ptr().add(2 * i) as *const __m128i))
+    }
+}
+
+/// `out[r][t] = Σ w[r]·a[t]` for the `out.len()` consecutive k-quant weight
+/// rows in `w` and Q8_K activation rows (llama.cpp's scheme): per
+/// super-block, `vpmaddubsw` products are weighted by the 6-bit (Q4_K, Q5_K)
+/// or 8-bit (Q6_K) sub-block scales with `vpmaddwd` and summed in i32; one
+/// conversion and one multiply-add per super-block follow. Minimums (Q4_K,
+/// Q5_K) and the Q6_K offset of 32 go through the activation sums per 16.
+/// Each token's sum is accumulated in the same order whatever `N` is.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C ([`available`]).
+#[cfg(target_arch = "x86_64")]
+pub unsafe fn dot_k_rows<const N: usize>(t: QType, w: &[u8], a: &[KActRow<'_>; N], out: &mut [[f32; N]]) {
+    let nsb = a[0].d.len();
+    let rb = t.row_bytes(nsb * QK_K);
+    assert_eq!(w.len(), rb * out.len(), "weight rows length");
+    for r in a.iter() {
+        assert!(r.qs.len() == nsb * QK_K && r.d.len() == nsb && r.bsums.len() == 16 * nsb, "activation row length");
+    }
+    match t {
+        QType::Q4K => rows_kk::<false, N>(w, rb, a, out),
+        QType::Q5K => rows_kk::<true, N>(w, rb, a, out),
+        QType::Q6K => rows_q6k_q8k::<N>(w, rb, a, out),
+        _ => panic!("{} is not a k-quant type", t.name()),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn rows_kk<const Q5: bool, const N: usize>(w: &[u8], rb: usize, a: &[KActRow<'_>; N], out: &mut [[f32; N]]) {
+    for (r, o) in out.iter_mut().enumerate() {
+        k45_q8k::<Q5, N>(w.get_unchecked(r * rb..(r + 1) * rb), a, o);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn rows_q6k_q8k<const N: usize>(w: &[u8], rb: usize, a: &[KActRow<'_>; N], out: &mut [[f32; N]]) {
+    for (r, o) in out.iter_mut().enumerate() {
+        q6k_q8k::<N>(w.get_unchecked(r * rb..(r + 1) * rb), a, o);
+    }
+}
+
+/// The eight 6-bit scales and eight 6-bit minimums of a Q4_K/Q5_K
+/// super-block from its 12 packed bytes at `p`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn scales_mins(p: *const u8) -> ([u8; 8], [u8; 8]) {
+    const LOW6: u32 = 0x3f3f_3f3f;
+    const LOW4: u32 = 0x0f0f_0f0f;
+    const TOP2: u32 = 0x0303_0303;
+    let u0 = std::ptr::read_unaligned(p as *const u32);
+    let u1 = std::ptr::read_unaligned(p.add(4) as *const u32);
+    let u2 = std::ptr::read_unaligned(p.add(8) as *const u32);
+    let sc_lo = u0 & LOW6;
+    let sc_hi = (u2 & LOW4) | (((u0 >> 6) & TOP2) << 4);
+    let mn_lo = u1 & LOW6;
+    let mn_hi = ((u2 >> 4) & LOW4) | (((u1 >> 6) & TOP2) << 4);
+    let sc = ((sc_hi as u64) << 32 | sc_lo as u64).to_le_bytes();
+    let mn = ((mn_hi as u64) << 32 | mn_lo as u64).to_le_bytes();
+    (sc, mn)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn hsum128(v: __m128) -> f32 {
+    let s = _mm_add_ps(v, _mm_movehl_ps(v, v));
+    _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn k45_q8k<const Q5: bool, const N: usize>(w: &[u8], a: &[KActRow<'_>; N], out: &mut [f32; N]) {
+    let bb = if Q5 { 176 } else { 144 };
+    let qs_off = if Q5 { 48 } else { 16 };
+    let nsb = w.len() / bb;
+    let low = _mm256_set1_epi8(0x0f);
+    let sixteen = _mm256_set1_epi8(0x10);
+    let mut acc = [_mm256_setzero_ps(); N];
+    let mut accm = [_mm_setzero_ps(); N];
+    for sb in 0..nsb {
+        let p = w.as_ptr().add(bb * sb);
+        let d = f16_at(p);
+        let dmin = f16_at(p.add(2));
+        let (sc, mn) = scales_mins(p.add(4));
+        let mins = _mm_cvtepu8_epi16(_mm_loadl_epi64(mn.as_ptr() as *const __m128i));
+        let qh = if Q5 { _mm256_loadu_si256(p.add(16) as *const __m256i) } else { _mm256_setzero_si256() };
+        let mut sumi = [_mm256_setzero_si256(); N];
+        for j in 0..4 {
+            let x = _mm256_loadu_si256(p.add(qs_off + 32 * j) as *const __m256i);
+            let mut lo = _mm256_and_si256(x, low);
+            let mut hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), low);
+            if Q5 {
+                let b0 = _mm256_set1_epi8((1u8 << (2 * j)) as i8);
+                let b1 = _mm256_set1_epi8((2u8 << (2 * j)) as i8);
+                lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, b0), b0), sixteen));
+                hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, b1), b1), sixteen));
+            }
+            let sl = _mm256_set1_epi16(sc[2 * j] as i16);
+            let sh = _mm256_set1_epi16(sc[2 * j + 1] as i16);
+            for i in 0..N {
+                let q8 = a[i].qs.as_ptr().add(QK_K * sb + 64 * j);
+                let al = _mm256_loadu_si256(q8 as *const __m256i);
+                let ah = _mm256_loadu_si256(q8.add(32) as *const __m256i);
+                let pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, al), sl);
+                let ph = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, ah), sh);
+                sumi[i] = _mm256_add_epi32(sumi[i], _mm256_add_epi32(pl, ph));
+            }
+        }
+        for i in 0..N {
+            let r = &a[i];
+            let da = *r.d.get_unchecked(sb);
+            acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * da), _mm256_cvtepi32_ps(sumi[i]), acc[i]);
+            let bs = _mm256_loadu_si256(r.bsums.as_ptr().add(16 * sb) as *const __m256i);
+            let s32 = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+            let m = _mm_madd_epi16(mins, s32);
+            accm[i] = _mm_fmadd_ps(_mm_set1_ps(dmin * da), _mm_cvtepi32_ps(m), accm[i]);
+        }
+    }
+    for i in 0..N {
+        out[i] = hsum(acc[i]) - hsum128(accm[i]);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn q6k_q8k<const N: usize>(w: &[u8], a: &[KActRow<'_>; N], out: &mut [f32; N]) {
+    let nsb = w.len() / 210;
+    let mut acc = [_mm256_setzero_ps(); N];
+    let low = _mm256_set1_epi8(0x0f);
+    let three = _mm256_set1_epi8(0x03);
+    for sb in 0..nsb {
+        let p = w.as_ptr().add(210 * sb);
+        let d = f16_at(p.add(208));
+        let scales = p.add(192) as *const i8;
+        let mut sumi = [_mm256_setzero_si256(); N];
+        for n in 0..2 {
+            let l0 = _mm256_loadu_si256(p.add(64 * n) as *const __m256i);
+            let l1 = _mm256_loadu_si256(p.add(64 * n + 32) as *const __m256i);
+            let h = _mm256_loadu_si256(p.add(128 + 32 * n) as *const __m256i);
+            for k in 0..4 {
+                // Values 32k..32k+32 of this half: low or high nibbles of
+                // l0 or l1, two high bits from h; unsigned (0..64).
+                let l = if k & 1 == 0 { l0 } else { l1 };
+                let nib = if k < 2 { l } else { _mm256_srli_epi16(l, 4) };
+                let hb = _mm256_and_si256(_mm256_srl_epi16(h, _mm_cvtsi32_si128(2 * k as i32)), three);
+                let q = _mm256_or_si256(_mm256_and_si256(nib, low), _mm256_slli_epi16(hb, 4));
+                let s0 = *scales.add(8 * n + 2 * k) as i16;
+                let s1 = *scales.add(8 * n + 2 * k + 1) as i16;
+                let scv = _mm256_set_m128i(_mm_set1_epi16(s1), _mm_set1_epi16(s0));
+                for i in 0..N {
+                    let av = _mm256_loadu_si256(a[i].qs.as_ptr().add(QK_K * sb + 128 * n + 32 * k) as *const __m256i);
+                    sumi[i] = _mm256_add_epi32(sumi[i], _mm256_madd_epi16(_mm256_maddubs_epi16(q, av), scv));
+                }
+            }
+        }
+        // The offset: Σ sc·32·(Σq per 16), subtracted in integers.
+        let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(scales as *const __m128i));
+        for i in 0..N {
+            let r = &a[i];
+            let bs = _mm256_loadu_si256(r.bsums.as_ptr().add(16 * sb) as *const __m256i);
+            let s = _mm256_sub_epi32(sumi[i], _mm256_slli_epi32(_mm256_madd_epi16(sc16, bs), 5));
+            acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * *r.d.get_unchecked(sb)), _mm256_cvtepi32_ps(s), acc[i]);
+        }
+    }
+    for i in 0..N {
+        out[i] = hsum(acc[i]);
     }
 }

@@ -7,7 +7,7 @@
 //! the structure of the AVX2 kernels (only the float summation order differs).
 //! Float weights (F32, F16) meet the f32 activations.
 
-use super::quant::{f16_to_f32, k4_scale_min, read_f16, ActRow, QType, QK};
+use super::quant::{f16_to_f32, k4_scale_min, read_f16, ActRow, KActRow, QType, QK, QK_K};
 
 /// Σ w·x for a row of quantized weights and one quantized activation row.
 pub fn dot_q(t: QType, w: &[u8], a: ActRow<'_>) -> f32 {
@@ -109,6 +109,58 @@ fn dot_q6k(w: &[u8], a: ActRow<'_>) -> f32 {
         }
     }
     acc
+}
+
+/// Σ w·x for a row of k-quant weights and one Q8_K activation row: each
+/// super-block is summed in integers (scales included), then scaled once.
+pub fn dot_k(t: QType, w: &[u8], a: KActRow<'_>) -> f32 {
+    let nsb = a.d.len();
+    assert_eq!(w.len(), t.row_bytes(nsb * QK_K), "weight row length");
+    let mut acc = 0f32;
+    let mut corr = 0f32;
+    for (sb, blk) in w.chunks_exact(t.block_bytes()).enumerate() {
+        let qa = &a.qs[QK_K * sb..QK_K * (sb + 1)];
+        let bsums = &a.bsums[16 * sb..16 * (sb + 1)];
+        match t {
+            QType::Q4K | QType::Q5K => {
+                let qs_off = if t == QType::Q4K { 16 } else { 48 };
+                let (mut sumi, mut summ) = (0i32, 0i32);
+                for j in 0..8 {
+                    let (sc, m) = k4_scale_min(j, &blk[4..16]);
+                    let qs = &blk[qs_off + 32 * (j / 2)..qs_off + 32 * (j / 2) + 32];
+                    let mut s = 0i32;
+                    for l in 0..QK {
+                        let nib = if j % 2 == 0 { qs[l] & 0x0f } else { qs[l] >> 4 } as i32;
+                        let hi = if t == QType::Q5K { (((blk[16 + l] >> j) & 1) as i32) << 4 } else { 0 };
+                        s += (nib | hi) * qa[QK * j + l] as i32;
+                    }
+                    sumi += sc as i32 * s;
+                    summ += m as i32 * (bsums[2 * j] as i32 + bsums[2 * j + 1] as i32);
+                }
+                acc += read_f16(blk, 0) * a.d[sb] * sumi as f32;
+                corr += read_f16(blk, 2) * a.d[sb] * summ as f32;
+            }
+            QType::Q6K => {
+                let mut sumi = 0i32;
+                for g in 0..16 {
+                    // Values 16g..16g + 16: chunk k of half n.
+                    let (n, k, half) = (g / 8, (g % 8) / 2, g % 2);
+                    let ql = &blk[64 * n + 32 * (k & 1)..];
+                    let qh = &blk[128 + 32 * n..];
+                    let mut s = 0i32;
+                    for l in 16 * half..16 * half + 16 {
+                        let nib = if k >= 2 { ql[l] >> 4 } else { ql[l] & 0x0f };
+                        let q = (nib | (((qh[l] >> (2 * k)) & 3) << 4)) as i32;
+                        s += q * qa[16 * g + l - 16 * half] as i32;
+                    }
+                    sumi += blk[192 + g] as i8 as i32 * (s - 32 * bsums[g] as i32);
+                }
+                acc += read_f16(blk, 208) * a.d[sb] * sumi as f32;
+            }
+            _ => panic!("{} is not a k-quant type", t.name()),
+        }
+    }
+    acc - corr
 }
 
 /// Σ w·x for a row of float weights (F32 or F16) and f32 activations.

@@ -11,7 +11,7 @@
 
 use super::dot_avx2;
 use super::dot_scalar;
-use super::quant::{dequantize_row, ActRow, QActs, QType, QK};
+use super::quant::{dequantize_row, ActRow, KActRow, KActs, QActs, QType, QK};
 use memmap2::Mmap;
 use rayon::prelude::{IntoParallelRefIterator, ParallelIterator};
 use std::sync::Arc;
@@ -104,7 +104,10 @@ pub fn matmul(jobs: &mut [(&QMatrix, &mut [f32])], x: &[f32], tokens: usize, ker
         assert_eq!(w.cols, cols, "matrix columns vs input");
         assert_eq!(y.len(), tokens * w.rows, "output shape");
     }
-    let acts = if jobs.iter().any(|(w, _)| !w.qtype.is_float()) { Some(QActs::quantize(x, cols)) } else { None };
+    // k-quant weights meet Q8_K activations, the 32-value types Q8_0-style ones.
+    let quantized = |k: bool| jobs.iter().any(|(w, _)| !w.qtype.is_float() && w.qtype.is_kquant() == k);
+    let acts = if quantized(false) { Some(QActs::quantize(x, cols)) } else { None };
+    let kacts = if quantized(true) { Some(KActs::quantize(x, cols)) } else { None };
     let total: usize = jobs.iter().map(|(w, _)| w.rows).sum();
     let threads = rayon::current_num_threads().max(1);
     let chunk = total.div_ceil(threads * 8).max(4);
@@ -121,8 +124,9 @@ pub fn matmul(jobs: &mut [(&QMatrix, &mut [f32])], x: &[f32], tokens: usize, ker
     let mats: Vec<&QMatrix> = jobs.iter().map(|(w, _)| *w).collect();
     let run = |&(j, r0, r1, out): &(usize, usize, usize, Out)| {
         let w = mats[j];
-        match &acts {
-            Some(a) if !w.qtype.is_float() => rows_q(w, a, r0..r1, out, kernels),
+        match (&acts, &kacts) {
+            (_, Some(a)) if w.qtype.is_kquant() => rows_q(w, a, r0..r1, out, kernels),
+            (Some(a), _) if !w.qtype.is_float() => rows_q(w, a, r0..r1, out, kernels),
             _ => rows_f(w, x, cols, tokens, r0..r1, out, kernels),
         }
     };
@@ -133,58 +137,111 @@ pub fn matmul(jobs: &mut [(&QMatrix, &mut [f32])], x: &[f32], tokens: usize, ker
     }
 }
 
-fn rows_q(w: &QMatrix, a: &QActs, rows: std::ops::Range<usize>, out: Out, kernels: Kernels) {
-    let tokens = a.rows();
-    let stride = w.rows;
-    let mut res = vec![[0f32; 4]; rows.len()];
-    let mut t0 = 0;
-    while t0 < tokens {
-        let n = (tokens - t0).min(4);
-        match n {
-            4 => dot_n::<4>(w, rows.clone(), a, t0, &mut res, kernels),
-            3 => dot_n::<3>(w, rows.clone(), a, t0, &mut res, kernels),
-            2 => dot_n::<2>(w, rows.clone(), a, t0, &mut res, kernels),
-            _ => dot_n::<1>(w, rows.clone(), a, t0, &mut res, kernels),
-        }
-        for (k, vals) in res.iter().enumerate() {
-            for (i, &v) in vals[..n].iter().enumerate() {
-                // SAFETY: (t0 + i, r) is inside the output and only this task
-                // writes row r.
-                unsafe { *out.0.add((t0 + i) * stride + rows.start + k) = v };
-            }
-        }
-        t0 += n;
+/// Quantized activations of one format and the kernels that take them.
+trait Acts {
+    type Row<'a>: Copy
+    where
+        Self: 'a;
+    fn rows(&self) -> usize;
+    fn row(&self, r: usize) -> Self::Row<'_>;
+    /// The SIMD kernel for `out.len()` consecutive weight rows in `w`.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2, FMA and F16C.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn simd<const N: usize>(t: QType, w: &[u8], a: &[Self::Row<'_>; N], out: &mut [[f32; N]]);
+    /// The portable kernel for one weight row.
+    fn scalar(t: QType, w: &[u8], a: Self::Row<'_>) -> f32;
+}
+
+impl Acts for QActs {
+    type Row<'a> = ActRow<'a>;
+    fn rows(&self) -> usize {
+        QActs::rows(self)
+    }
+    fn row(&self, r: usize) -> ActRow<'_> {
+        QActs::row(self, r)
+    }
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn simd<const N: usize>(t: QType, w: &[u8], a: &[ActRow<'_>; N], out: &mut [[f32; N]]) {
+        dot_avx2::dot_q_rows::<N>(t, w, a, out)
+    }
+    fn scalar(t: QType, w: &[u8], a: ActRow<'_>) -> f32 {
+        dot_scalar::dot_q(t, w, a)
     }
 }
 
-/// Rows `rows` of `w` times activation rows `t0..t0 + N` into `res[r][..N]`.
-fn dot_n<const N: usize>(
+impl Acts for KActs {
+    type Row<'a> = KActRow<'a>;
+    fn rows(&self) -> usize {
+        KActs::rows(self)
+    }
+    fn row(&self, r: usize) -> KActRow<'_> {
+        KActs::row(self, r)
+    }
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn simd<const N: usize>(t: QType, w: &[u8], a: &[KActRow<'_>; N], out: &mut [[f32; N]]) {
+        dot_avx2::dot_k_rows::<N>(t, w, a, out)
+    }
+    fn scalar(t: QType, w: &[u8], a: KActRow<'_>) -> f32 {
+        dot_scalar::dot_k(t, w, a)
+    }
+}
+
+/// Weight rows per kernel call (the results of a tile stay on the stack).
+const TILE: usize = 16;
+
+fn rows_q<A: Acts>(w: &QMatrix, a: &A, rows: std::ops::Range<usize>, out: Out, kernels: Kernels) {
+    let tokens = a.rows();
+    let mut t0 = 0;
+    while t0 < tokens {
+        match tokens - t0 {
+            1 => dot_n::<A, 1>(w, rows.clone(), a, t0, out, kernels),
+            2 => dot_n::<A, 2>(w, rows.clone(), a, t0, out, kernels),
+            3 => dot_n::<A, 3>(w, rows.clone(), a, t0, out, kernels),
+            _ => dot_n::<A, 4>(w, rows.clone(), a, t0, out, kernels),
+        }
+        t0 += (tokens - t0).min(4);
+    }
+}
+
+/// Rows `rows` of `w` times activation rows `t0..t0 + N` into the output.
+fn dot_n<A: Acts, const N: usize>(
     w: &QMatrix,
     rows: std::ops::Range<usize>,
-    a: &QActs,
+    a: &A,
     t0: usize,
-    res: &mut [[f32; 4]],
+    out: Out,
     kernels: Kernels,
 ) {
-    let acts: [ActRow<'_>; N] = std::array::from_fn(|i| a.row(t0 + i));
-    match kernels {
-        #[cfg(target_arch = "x86_64")]
-        Kernels::Simd => {
-            let mut o = vec![[0f32; N]; rows.len()];
-            let bytes = &w.data.as_slice()[rows.start * w.row_bytes..rows.end * w.row_bytes];
-            // SAFETY: `Kernels::Simd` is only chosen when the CPU has AVX2, FMA and F16C.
-            unsafe { dot_avx2::dot_q_rows::<N>(w.qtype, bytes, &acts, &mut o) };
-            for (r, v) in res.iter_mut().zip(&o) {
-                r[..N].copy_from_slice(v);
+    let acts: [A::Row<'_>; N] = std::array::from_fn(|i| a.row(t0 + i));
+    let mut o = [[0f32; N]; TILE];
+    let mut r0 = rows.start;
+    while r0 < rows.end {
+        let n = (rows.end - r0).min(TILE);
+        match kernels {
+            #[cfg(target_arch = "x86_64")]
+            Kernels::Simd => {
+                let bytes = &w.data.as_slice()[r0 * w.row_bytes..(r0 + n) * w.row_bytes];
+                // SAFETY: `Kernels::Simd` is only chosen when the CPU has AVX2, FMA and F16C.
+                unsafe { A::simd::<N>(w.qtype, bytes, &acts, &mut o[..n]) };
             }
-        }
-        _ => {
-            for (k, r) in rows.enumerate() {
-                for i in 0..N {
-                    res[k][i] = dot_scalar::dot_q(w.qtype, w.row(r), acts[i]);
+            _ => {
+                for (k, o) in o[..n].iter_mut().enumerate() {
+                    for i in 0..N {
+                        o[i] = A::scalar(w.qtype, w.row(r0 + k), acts[i]);
+                    }
                 }
             }
         }
+        for (k, vals) in o[..n].iter().enumerate() {
+            for (i, &v) in vals.iter().enumerate() {
+                // SAFETY: (t0 + i, r) is inside the output and only this task
+                // writes row r.
+                unsafe { *out.0.add((t0 + i) * w.rows + r0 + k) = v };
+            }
+        }
+        r0 += n;
     }
 }
 

@@ -7,9 +7,9 @@
 //! activations quantized per block of 32 values with an f32 scale: `q =
 //! round(x / d)`, `d = max|x| / 127`, plus `s = d * Σq` for the weight types
 //! whose blocks carry an offset or a minimum. This is llama.cpp's Q8_0/Q8_1
-//! scheme; for k-quants we keep 32-value activation blocks (llama.cpp uses
-//! 256) so every weight type shares one activation format, and the error is
-//! no larger.
+//! scheme. [`KActs`] is llama.cpp's Q8_K, the format the k-quant kernels use:
+//! one scale per super-block of 256 values and the sum of every 16 quants, so
+//! a whole super-block is summed in integers and converted to float once.
 
 use candle_core::quantized::GgmlDType;
 
@@ -84,6 +84,11 @@ impl QType {
     /// True for the float types, which are multiplied with f32 activations.
     pub fn is_float(self) -> bool {
         matches!(self, QType::F32 | QType::F16)
+    }
+
+    /// The k-quant types (256-value super-blocks).
+    pub fn is_kquant(self) -> bool {
+        matches!(self, QType::Q4K | QType::Q5K | QType::Q6K)
     }
 
     pub fn name(self) -> &'static str {
@@ -298,15 +303,8 @@ impl QActs {
         let nblocks = x.len() / QK;
         let mut a = QActs { cols, qs: vec![0; x.len()], d: vec![0.0; nblocks], s: vec![0.0; nblocks] };
         for (b, blk) in x.chunks_exact(QK).enumerate() {
-            let amax = blk.iter().fold(0f32, |m, v| m.max(v.abs()));
-            let d = amax / 127.0;
-            let id = if d > 0.0 { 1.0 / d } else { 0.0 };
-            let mut sum = 0i32;
-            for (l, &v) in blk.iter().enumerate() {
-                let q = (v * id).round() as i8;
-                a.qs[QK * b + l] = q;
-                sum += q as i32;
-            }
+            let d = quantize_block(blk, &mut a.qs[QK * b..QK * (b + 1)]);
+            let sum: i32 = a.qs[QK * b..QK * (b + 1)].iter().map(|&q| q as i32).sum();
             a.d[b] = d;
             a.s[b] = d * sum as f32;
         }
@@ -323,6 +321,68 @@ impl QActs {
             qs: &self.qs[r * self.cols..(r + 1) * self.cols],
             d: &self.d[r * nb..(r + 1) * nb],
             s: &self.s[r * nb..(r + 1) * nb],
+        }
+    }
+}
+
+/// `q = round(x / d)` with `d = max|x| / 127` into `out`; returns `d`.
+fn quantize_block(x: &[f32], out: &mut [i8]) -> f32 {
+    let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let d = amax / 127.0;
+    let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+    for (q, &v) in out.iter_mut().zip(x) {
+        *q = (v * id).round() as i8;
+    }
+    d
+}
+
+/// Activations quantized to 8 bits per super-block of [`QK_K`] values
+/// (llama.cpp's Q8_K): the k-quant kernels' format.
+#[derive(Debug, Clone, Default)]
+pub struct KActs {
+    /// Values per row.
+    pub cols: usize,
+    pub qs: Vec<i8>,
+    /// Scale per super-block.
+    pub d: Vec<f32>,
+    /// Σq per 16 values.
+    pub bsums: Vec<i16>,
+}
+
+/// One row of [`KActs`].
+#[derive(Debug, Clone, Copy)]
+pub struct KActRow<'a> {
+    pub qs: &'a [i8],
+    pub d: &'a [f32],
+    pub bsums: &'a [i16],
+}
+
+impl KActs {
+    /// Quantize `x`, a row-major matrix of rows of `cols` values (`cols` a
+    /// multiple of [`QK_K`]).
+    pub fn quantize(x: &[f32], cols: usize) -> KActs {
+        assert!(cols.is_multiple_of(QK_K) && x.len().is_multiple_of(cols), "activation rows of {cols} values");
+        let nsb = x.len() / QK_K;
+        let mut a = KActs { cols, qs: vec![0; x.len()], d: vec![0.0; nsb], bsums: vec![0; x.len() / 16] };
+        for (b, blk) in x.chunks_exact(QK_K).enumerate() {
+            a.d[b] = quantize_block(blk, &mut a.qs[QK_K * b..QK_K * (b + 1)]);
+        }
+        for (s, q) in a.bsums.iter_mut().zip(a.qs.chunks_exact(16)) {
+            *s = q.iter().map(|&v| v as i16).sum();
+        }
+        a
+    }
+
+    pub fn rows(&self) -> usize {
+        self.qs.len().checked_div(self.cols).unwrap_or(0)
+    }
+
+    pub fn row(&self, r: usize) -> KActRow<'_> {
+        let nsb = self.cols / QK_K;
+        KActRow {
+            qs: &self.qs[r * self.cols..(r + 1) * self.cols],
+            d: &self.d[r * nsb..(r + 1) * nsb],
+            bsums: &self.bsums[r * self.cols / 16..(r + 1) * self.cols / 16],
         }
     }
 }

@@ -5,7 +5,7 @@
 use super::dot_avx2;
 use super::dot_scalar;
 use super::matmul::{matmul, Bytes, Kernels, QMatrix};
-use super::quant::{dequantize_row, f16_to_f32, QActs, QType};
+use super::quant::{dequantize_row, f16_to_f32, KActs, QActs, QType};
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
 
@@ -165,13 +165,14 @@ fn threaded_matmul_matches_row_by_row_dots() {
         let mut yb = vec![0f32; 5 * 19];
         matmul(&mut [(&wa, &mut ya[..]), (&wb, &mut yb[..])], &x, 5, kernels);
         let a = QActs::quantize(&x, cols);
+        let ka = KActs::quantize(&x, cols);
         for t in 0..5 {
             for r in 0..37 {
                 let want = dot_scalar::dot_q(QType::Q4_1, wa.row(r), a.row(t));
                 assert!((ya[t * 37 + r] - want).abs() <= 1e-4 * want.abs().max(1.0));
             }
             for r in 0..19 {
-                let want = dot_scalar::dot_q(QType::Q6K, wb.row(r), a.row(t));
+                let want = dot_scalar::dot_k(QType::Q6K, wb.row(r), ka.row(t));
                 assert!((yb[t * 19 + r] - want).abs() <= 1e-4 * want.abs().max(1.0));
             }
         }
@@ -204,4 +205,75 @@ fn quantized_product_error_is_small_relative_to_the_f32_product() {
         &mut v,
     );
     assert!(v.iter().zip(&x).all(|(a, b)| (a - b).abs() < 0.05));
+}
+
+#[test]
+fn kquant_activations_round_to_the_nearest_step_and_sum_per_16() {
+    let x = values(512, 13, 2.0);
+    let a = KActs::quantize(&x, 256);
+    assert_eq!(a.rows(), 2);
+    for b in 0..2 {
+        let blk = &x[256 * b..256 * b + 256];
+        let amax = blk.iter().fold(0f32, |m, v| m.max(v.abs()));
+        assert_eq!(a.d[b], amax / 127.0);
+        for l in 0..256 {
+            let err = (a.qs[256 * b + l] as f32 * a.d[b] - blk[l]).abs();
+            assert!(err <= a.d[b] * 0.5 + 1e-6, "super-block {b} value {l}: error {err}");
+        }
+    }
+    for g in 0..32 {
+        let sum: i16 = a.qs[16 * g..16 * g + 16].iter().map(|&q| q as i16).sum();
+        assert_eq!(a.bsums[g], sum);
+    }
+}
+
+#[test]
+fn scalar_kquant_dot_equals_the_dot_of_dequantized_values() {
+    let cols = 768;
+    for (dt, q) in TYPES.iter().copied().filter(|(_, q)| q.is_kquant()) {
+        let (m, w) = quantized(dt, q, 2, cols, 5);
+        let x = values(cols, 9, 1.0);
+        let a = KActs::quantize(&x, cols);
+        let xa: Vec<f32> = (0..cols).map(|i| a.qs[i] as f32 * a.d[i / 256]).collect();
+        for r in 0..2 {
+            let want: f64 = (0..cols).map(|i| w[r * cols + i] as f64 * xa[i] as f64).sum();
+            let mag: f64 = (0..cols).map(|i| (w[r * cols + i] as f64 * xa[i] as f64).abs()).sum();
+            let got = dot_scalar::dot_k(q, m.row(r), a.row(0)) as f64;
+            assert!((got - want).abs() <= 1e-5 * mag, "{}: {got} vs {want}", q.name());
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn simd_kquant_kernels_match_scalar_kernels() {
+    if !dot_avx2::available() {
+        eprintln!("no AVX2/FMA/F16C: SIMD kernels not tested");
+        return;
+    }
+    let cols = 1024;
+    for (dt, q) in TYPES.iter().copied().filter(|(_, q)| q.is_kquant()) {
+        let (m, _) = quantized(dt, q, 3, cols, 21);
+        let x = values(4 * cols, 4, 1.5);
+        let a = KActs::quantize(&x, cols);
+        let bytes: Vec<u8> = (0..3).flat_map(|r| m.row(r).to_vec()).collect();
+        let acts = [a.row(0), a.row(1), a.row(2), a.row(3)];
+        let mut o4 = [[0f32; 4]; 3];
+        // SAFETY: checked `available` above.
+        unsafe { dot_avx2::dot_k_rows::<4>(q, &bytes, &acts, &mut o4) };
+        let mut o1 = [[0f32; 1]; 3];
+        unsafe { dot_avx2::dot_k_rows::<1>(q, &bytes, &[a.row(2)], &mut o1) };
+        for r in 0..3 {
+            for t in 0..4 {
+                let want = dot_scalar::dot_k(q, m.row(r), a.row(t));
+                let got = o4[r][t];
+                assert!(
+                    (got - want).abs() <= 1e-4 * want.abs().max(1.0),
+                    "{} row {r} token {t}: {got} vs {want}",
+                    q.name()
+                );
+            }
+            assert_eq!(o1[r][0], o4[r][2], "{}: one token and four tokens agree", q.name());
+        }
+    }
 }

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# themisto's model speed beside llama.cpp's on the same GGUF files, threads and machine.
+#
+#   bash scripts/bench_vs_llamacpp.sh [MODEL ...]
+#
+# MODEL: registry ids (default: the three registry models). Builds llama-bench and
+# llama-batched-bench once from the llama-cpp-python source package (PyPI, pinned below)
+# for this CPU (-march=native: only the instructions this CPU has), into
+# $THEMISTO_HOME/llamacpp (default ~/.cache/themisto/llamacpp); cmake and ninja come from
+# PyPI into a venv there. Then, per model, back to back: `themisto bench-model` and
+# `llama-bench` with the same prompt length, generated tokens, repeats and threads, and one
+# table of medians with the ratio themisto / llama.cpp.
+#
+# Environment: THREADS (2), PP (512), TG (128), REPEATS (3), THEMISTO (the binary; default
+# target/release/themisto, built if missing), LLAMA_CPP_PYTHON (0.3.36).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+THREADS=${THREADS:-2}
+PP=${PP:-512}
+TG=${TG:-128}
+REPEATS=${REPEATS:-3}
+VERSION=${LLAMA_CPP_PYTHON:-0.3.36}
+HOME_DIR=${THEMISTO_HOME:-$HOME/.cache/themisto}
+WORK=$HOME_DIR/llamacpp
+THEMISTO=${THEMISTO:-target/release/themisto}
+MODELS=("$@")
+[ ${#MODELS[@]} -gt 0 ] || MODELS=(smollm2-135m-instruct qwen2.5-coder-0.5b-instruct qwen2.5-coder-1.5b-instruct)
+
+log() { echo "== $*" >&2; }
+
+build_llamacpp() {
+  local bin=$WORK/build/bin
+  if [ -x "$bin/llama-bench" ] && [ -x "$bin/llama-batched-bench" ]; then
+    return
+  fi
+  mkdir -p "$WORK"
+  if [ ! -x "$WORK/venv/bin/cmake" ]; then
+    log "cmake and ninja from PyPI into $WORK/venv"
+    python3 -m venv "$WORK/venv"
+    "$WORK/venv/bin/pip" install -q cmake ninja
+  fi
+  local sdist=$WORK/llama_cpp_python-$VERSION.tar.gz
+  if [ ! -f "$sdist" ]; then
+    log "llama-cpp-python $VERSION source package from PyPI"
+    # Only this package from source; its build tools may come as wheels.
+    "$WORK/venv/bin/pip" download -q --no-deps --no-binary llama-cpp-python -d "$WORK" "llama-cpp-python==$VERSION"
+  fi
+  local src=$WORK/llama_cpp_python-$VERSION/vendor/llama.cpp
+  [ -d "$src" ] || tar -xzf "$sdist" -C "$WORK"
+  log "building llama-bench for this CPU (a few minutes)"
+  PATH=$WORK/venv/bin:$PATH cmake -S "$src" -B "$WORK/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF \
+    -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON >"$WORK/cmake.log"
+  PATH=$WORK/venv/bin:$PATH cmake --build "$WORK/build" --target llama-bench llama-batched-bench -j "$(nproc)" \
+    >"$WORK/build.log"
+}
+
+[ -x "$THEMISTO" ] || cargo build --release
+build_llamacpp
+LLAMA_BENCH=$WORK/build/bin/llama-bench
+
+rows=()
+for m in "${MODELS[@]}"; do
+  log "$m: themisto bench-model"
+  "$THEMISTO" models fetch "$m" >&2
+  ours=$("$THEMISTO" bench-model --model "$m" --prompt-tokens "$PP" --gen-tokens "$TG" --repeats "$REPEATS" \
+    --threads "$THREADS" --json)
+  path=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["model"]["path"])' <<<"$ours")
+  log "$m: llama-bench on $path"
+  theirs=$("$LLAMA_BENCH" -m "$path" -p "$PP" -n "$TG" -r "$REPEATS" -t "$THREADS" -o json)
+  rows+=("$(python3 - "$m" "$PP" "$TG" <<PY
+import json, sys
+m, pp, tg = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+ours = json.loads('''$ours''')
+theirs = json.loads('''$theirs''')
+def lc(kind):
+    for r in theirs:
+        if kind == "pp" and r["n_prompt"] == pp and r["n_gen"] == 0:
+            return r["avg_ts"]
+        if kind == "tg" and r["n_gen"] == tg and r["n_prompt"] == 0:
+            return r["avg_ts"]
+    raise SystemExit(f"llama-bench printed no {kind} row")
+pp_o, tg_o = ours["prompt_tokens_per_s_median"], ours["gen_tokens_per_s_median"]
+pp_l, tg_l = lc("pp"), lc("tg")
+print(f"| {m} | {ours['model']['quantization']} | {pp_o:.1f} | {pp_l:.1f} | {pp_o / pp_l:.2f}x | {tg_o:.1f} | {tg_l:.1f} | {tg_o / tg_l:.2f}x |")
+PY
+)")
+done
+
+cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')
+echo
+echo "$cpu, $THREADS threads; pp$PP and tg$TG tokens/s (themisto: median of $REPEATS; llama.cpp: mean of $REPEATS)"
+echo
+echo "| model | weights | themisto pp$PP | llama.cpp pp$PP | ratio | themisto tg$TG | llama.cpp tg$TG | ratio |"
+echo "|---|---|---|---|---|---|---|---|"
+printf '%s\n' "${rows[@]}"
