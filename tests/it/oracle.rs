@@ -14,7 +14,7 @@ use themisto::data::Dataset;
 use themisto::metrics::answer::AnswerKind;
 use themisto::model::fetch::FetchOptions;
 use themisto::model::{LanguageModel, LoadedModel, ModelError, ModelInfo};
-use themisto::prompt::{FitOutcome, PromptBuilder, PromptSettings};
+use themisto::prompt::{FitMode, FitOutcome, PromptBuilder, PromptSettings};
 use themisto::records::read_samples;
 use themisto::run::{run_in, select_samples, RunOptions, Session};
 use themisto::tokenizer::Tokenizer;
@@ -70,7 +70,13 @@ fn config(limit: Option<usize>, context_tokens: usize, max_new_tokens: usize) ->
         runtime: vec![false, true],
         limit,
         seed: 0,
-        prompt: PromptSettings { context_tokens, max_new_tokens, runtime_share: 0.25, repr_chars: 80 },
+        prompt: PromptSettings {
+            context_tokens,
+            max_new_tokens,
+            runtime_share: 0.25,
+            repr_chars: 80,
+            fit: FitMode::Shared,
+        },
         prompt_templates: vec![],
         metrics: Default::default(),
         device: Default::default(),
