@@ -5,7 +5,7 @@
 #
 # MODEL: registry ids (default: the three registry models). Builds llama-bench and
 # llama-batched-bench once from the llama-cpp-python source package (PyPI, pinned below)
-# for this CPU (-march=native: only the instructions this CPU has), into
+# for the instructions this CPU lists (AMX left out, see cpu_options), into
 # $THEMISTO_HOME/llamacpp (default ~/.cache/themisto/llamacpp); cmake and ninja come from
 # PyPI into a venv there. Then, per model, back to back: `themisto bench-model` and
 # `llama-bench` with the same prompt length, generated tokens, repeats and threads, and one
@@ -29,9 +29,24 @@ MODELS=("$@")
 
 log() { echo "== $*" >&2; }
 
+# GGML options for the instructions this CPU lists. Not -march=native: virtual machines
+# can list AMX (amx_tile, amx_int8) without granting its register state, and llama.cpp's
+# AMX kernels then die at their first tile instruction (SIGILL); AMX stays off.
+cpu_options() {
+  local flags opts=(-DGGML_NATIVE=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF) pair
+  flags=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
+  for pair in sse4_2:SSE42 avx:AVX avx2:AVX2 fma:FMA f16c:F16C bmi2:BMI2 avx_vnni:AVX_VNNI avx512f:AVX512 \
+    avx512vbmi:AVX512_VBMI avx512_vnni:AVX512_VNNI avx512_bf16:AVX512_BF16; do
+    if [[ $flags == *" ${pair%%:*} "* ]]; then opts+=("-DGGML_${pair#*:}=ON"); else opts+=("-DGGML_${pair#*:}=OFF"); fi
+  done
+  echo "${opts[@]}"
+}
+
 build_llamacpp() {
-  local bin=$WORK/build/bin
-  if [ -x "$bin/llama-bench" ] && [ -x "$bin/llama-batched-bench" ]; then
+  local bin=$WORK/build/bin opts
+  opts=$(cpu_options)
+  if [ -x "$bin/llama-bench" ] && [ -x "$bin/llama-batched-bench" ] \
+    && [ "$(cat "$WORK/build/themisto-options" 2>/dev/null)" = "$opts" ]; then
     return
   fi
   mkdir -p "$WORK"
@@ -48,12 +63,14 @@ build_llamacpp() {
   fi
   local src=$WORK/llama_cpp_python-$VERSION/vendor/llama.cpp
   [ -d "$src" ] || tar -xzf "$sdist" -C "$WORK"
-  log "building llama-bench for this CPU (a few minutes)"
-  PATH=$WORK/venv/bin:$PATH cmake -S "$src" -B "$WORK/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF \
+  log "building llama-bench for this CPU ($opts; a few minutes)"
+  # shellcheck disable=SC2086 # one word per option
+  PATH=$WORK/venv/bin:$PATH cmake -S "$src" -B "$WORK/build" -G Ninja -DCMAKE_BUILD_TYPE=Release $opts \
+    -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF \
     -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON >"$WORK/cmake.log"
   PATH=$WORK/venv/bin:$PATH cmake --build "$WORK/build" --target llama-bench llama-batched-bench -j "$(nproc)" \
     >"$WORK/build.log"
+  echo "$opts" >"$WORK/build/themisto-options"
 }
 
 [ -x "$THEMISTO" ] || cargo build --release

@@ -36,6 +36,8 @@ pub struct PromptRecord {
     pub steps_kept: usize,
     pub truncated_chars: usize,
     pub runtime_rows_kept: usize,
+    /// Tokens shared with another prompt of the same step.
+    pub shared_prefix_tokens: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub skipped: Option<crate::prompt::SkipReason>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -80,6 +82,7 @@ pub fn execute(args: PromptArgs) -> anyhow::Result<()> {
                 steps_kept: p.steps_kept,
                 truncated_chars: p.truncated_chars,
                 runtime_rows_kept: p.runtime_rows_kept,
+                shared_prefix_tokens: p.shared_prefix_tokens,
                 skipped: None,
                 skip_detail: None,
             },
@@ -96,6 +99,7 @@ pub fn execute(args: PromptArgs) -> anyhow::Result<()> {
                 steps_kept: 0,
                 truncated_chars: 0,
                 runtime_rows_kept: 0,
+                shared_prefix_tokens: 0,
                 skipped: Some(reason),
                 skip_detail: Some(detail),
             },

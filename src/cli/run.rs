@@ -8,7 +8,7 @@ use crate::model::device::DeviceSpec;
 use crate::model::engine::{Engine, WeightsPolicy};
 use crate::model::fetch::FetchOptions;
 use crate::model::registry::DEFAULT_MODEL;
-use crate::prompt::PromptSettings;
+use crate::prompt::{FitMode, PromptSettings};
 use crate::run::{self, RunError, RunOptions};
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
@@ -45,6 +45,25 @@ impl RuntimeArg {
             RuntimeArg::Off => vec![false],
             RuntimeArg::On => vec![true],
             RuntimeArg::Both => vec![false, true],
+        }
+    }
+}
+
+/// How a prompt's history is chosen (`--fit`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FitArg {
+    /// One history window per step, the same in its four prompts, moved along a trajectory in jumps (prompts share long prefixes; v3 chat templates).
+    Shared,
+    /// Every prompt fitted on its own (the prompts of runs made before --fit existed; v2 chat templates).
+    Independent,
+}
+
+impl FitArg {
+    /// The fitting this value names.
+    pub fn mode(self) -> FitMode {
+        match self {
+            FitArg::Shared => FitMode::Shared,
+            FitArg::Independent => FitMode::Independent,
         }
     }
 }
@@ -94,6 +113,9 @@ pub struct CommonArgs {
     /// Characters of each variable's repr shown in the runtime block.
     #[arg(long, default_value_t = 80, value_name = "N")]
     pub repr_chars: usize,
+    /// How the history of a prompt is chosen: shared (the four prompts of a step show the same steps, and a trajectory's window moves in jumps, so prompts share long prefixes) or independent (each prompt fitted on its own, as before this option).
+    #[arg(long, value_enum, default_value_t = FitArg::Shared)]
+    pub fit: FitArg,
     /// A prompt template file; replaces the built-in one of its task and variant (repeatable).
     #[arg(long = "prompt-template", value_name = "PATH")]
     pub prompt_templates: Vec<PathBuf>,
@@ -154,6 +176,7 @@ impl CommonArgs {
             max_new_tokens: self.max_new_tokens,
             runtime_share: self.runtime_share,
             repr_chars: self.repr_chars,
+            fit: self.fit.mode(),
         }
     }
 
@@ -233,8 +256,12 @@ pub fn execute(args: RunArgs) -> anyhow::Result<()> {
     print!("{}", crate::report::table::groups_table(&results.groups));
     if let Some(t) = &results.throughput {
         println!(
-            "\nprompt {:.1} tokens/s, generation {:.1} tokens/s, wall {:.1} s",
-            t.prompt_tokens_per_s, t.gen_tokens_per_s, t.wall_s
+            "\nprompt {:.1} tokens/s, generation {:.1} tokens/s, wall {:.1} s; {:.0}% of {} prompt tokens reused from the cache",
+            t.prompt_tokens_per_s,
+            t.gen_tokens_per_s,
+            t.wall_s,
+            100.0 * t.reuse_share,
+            t.prompt_tokens
         );
     }
     println!("results: {}", out.display());

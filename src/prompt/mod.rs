@@ -6,21 +6,55 @@
 //! - [`context`]: the values a template sees (history, target, runtime block).
 //! - [`chat`]: chat templates and completion prompts.
 //! - [`fit`]: the budget fitter and its guarantee.
+//! - [`shared`]: prefix-stable fitting: one history window per step, moved in jumps.
 //! - [`post`]: cleaning answers.
 
 pub mod chat;
 pub mod context;
 pub mod fit;
 pub mod post;
+pub mod shared;
 pub mod template;
 
 use crate::data::samples::{Sample, Task};
-use crate::data::Dataset;
+use crate::data::{Dataset, Trajectory};
 use crate::tokenizer::Tokenizer;
 use chat::ChatFormatter;
 use context::{ContextSource, Shape};
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::sync::Mutex;
 use template::PromptTemplate;
+
+/// How a prompt's history is chosen (`--fit`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum FitMode {
+    /// One history window per step, the same in its four prompts (both
+    /// tasks, with and without runtime), moved along a trajectory in jumps
+    /// (see [`shared`]); chat prompts use the v3 templates.
+    #[default]
+    Shared,
+    /// Every prompt fitted on its own (see [`fit`]), with the v2 chat
+    /// templates: the prompts of runs made before `--fit` existed.
+    Independent,
+}
+
+impl FitMode {
+    /// The fitting of a configuration that does not name one: runs made
+    /// before `--fit` existed fitted every prompt independently.
+    pub fn before_fit_option() -> FitMode {
+        FitMode::Independent
+    }
+
+    /// The option value (`shared`, `independent`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FitMode::Shared => "shared",
+            FitMode::Independent => "independent",
+        }
+    }
+}
 
 /// How prompts are laid out for this model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -58,6 +92,10 @@ pub struct PromptSettings {
     pub runtime_share: f64,
     /// Characters of each variable's repr shown in the runtime block.
     pub repr_chars: usize,
+    /// How the history is chosen (`--fit`); a configuration written before
+    /// the option existed reads as `independent`, the fitting it was made with.
+    #[serde(default = "FitMode::before_fit_option")]
+    pub fit: FitMode,
 }
 
 impl PromptSettings {
@@ -104,6 +142,14 @@ pub struct FittedPrompt {
     pub steps_kept: usize,
     pub truncated_chars: usize,
     pub runtime_rows_kept: usize,
+    /// Tokens at the start of this prompt shared with another prompt of the
+    /// same step (the other task or runtime variant): what a model that
+    /// keeps its cache computes once per step.
+    pub shared_prefix_tokens: usize,
+    /// `--fit shared`: the common window of its step that the prompt shows
+    /// (`None` with `--fit independent`, and for a step that has none, whose
+    /// prompts are fitted one by one).
+    pub window: Option<shared::Window>,
     pub template_id: String,
     pub template_sha256: String,
     pub stop: Vec<String>,
@@ -123,6 +169,25 @@ pub struct PromptBuilder<'a> {
     formatter: ChatFormatter,
     templates: Vec<PromptTemplate>,
     settings: PromptSettings,
+    /// The prompts of the last step built (the samples of a step come together).
+    last_step: Mutex<Option<StepPrompts>>,
+    /// `--fit shared`: the walk along each trajectory seen so far.
+    walks: Mutex<HashMap<String, Walk>>,
+}
+
+/// The four prompts of one step, in [`PromptBuilder::VARIANTS`] order.
+#[derive(Clone)]
+struct StepPrompts {
+    trajectory: Trajectory,
+    step: usize,
+    outcomes: Vec<FitOutcome>,
+}
+
+/// The windows chosen along one trajectory so far (`None`: no window fits).
+struct Walk {
+    trajectory: Trajectory,
+    chosen: Vec<Option<shared::Window>>,
+    floor: usize,
 }
 
 impl<'a> PromptBuilder<'a> {
@@ -149,7 +214,7 @@ impl<'a> PromptBuilder<'a> {
                     .iter()
                     .find(|c| c.task == task && c.runtime == runtime)
                     .cloned()
-                    .unwrap_or_else(|| PromptTemplate::builtin(task, runtime, format));
+                    .unwrap_or_else(|| PromptTemplate::builtin(task, runtime, format, settings.fit));
                 templates.push(t);
             }
         }
@@ -164,8 +229,19 @@ impl<'a> PromptBuilder<'a> {
         let bos = tokenizer.bos().and_then(|id| tokenizer.decode(&[id]).ok()).unwrap_or_default();
         let eos = tokenizer.eos_ids().first().and_then(|id| tokenizer.decode(&[*id]).ok()).unwrap_or_default();
         let formatter = ChatFormatter::new(format, template.as_deref(), &bos, &eos)?;
-        Ok(PromptBuilder { tokenizer, formatter, templates, settings })
+        Ok(PromptBuilder {
+            tokenizer,
+            formatter,
+            templates,
+            settings,
+            last_step: Mutex::new(None),
+            walks: Mutex::new(HashMap::new()),
+        })
     }
+
+    /// The four prompts of a step: both tasks, without and with runtime.
+    pub const VARIANTS: [(Task, bool); 4] =
+        [(Task::NextCell, false), (Task::NextCell, true), (Task::Output, false), (Task::Output, true)];
 
     pub fn settings(&self) -> &PromptSettings {
         &self.settings
@@ -224,7 +300,10 @@ impl<'a> PromptBuilder<'a> {
         Ok(src.rows.len())
     }
 
-    /// Build the fitted prompt for a sample.
+    /// Build the fitted prompt for a sample. The four prompts of its step are
+    /// built together (and kept until another step is asked for), so that
+    /// `shared_prefix_tokens` can be counted and `--fit shared` can choose
+    /// their common history.
     pub fn build(&self, dataset: &Dataset, sample: &Sample) -> Result<FitOutcome, PromptError> {
         let traj = dataset.trajectory(&sample.trajectory).ok_or_else(|| PromptError::MissingStep {
             id: sample.id.clone(),
@@ -238,35 +317,148 @@ impl<'a> PromptBuilder<'a> {
                 step: sample.step,
             });
         }
-        let tpl = self.template(sample.task, sample.runtime);
-        let src = ContextSource::new(traj, sample.step, sample.task, sample.runtime, self.settings.repr_chars);
-        let max_rows = self.rows_within_share(&src)?;
-        let budget = self.prompt_budget();
-        let phases = fit::phases(&src, max_rows);
-        let hit = fit::first_fit(&phases, |shape| -> Result<Option<FittedPrompt>, PromptError> {
-            let (text, built) = self.render(tpl, &src, shape)?;
-            let tokens = self.tokens_of(&text)?;
-            if tokens.len() > budget {
-                return Ok(None);
+        let index = Self::VARIANTS.iter().position(|v| *v == (sample.task, sample.runtime)).expect("four variants");
+        let mut last = self.last_step.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = last.as_ref().filter(|p| p.step == sample.step && p.trajectory == *traj) {
+            return Ok(p.outcomes[index].clone());
+        }
+        let outcomes = self.build_step(traj, sample.step)?;
+        let out = outcomes[index].clone();
+        *last = Some(StepPrompts { trajectory: traj.clone(), step: sample.step, outcomes });
+        Ok(out)
+    }
+
+    /// The four prompts of step `step` of `traj` ([`Self::VARIANTS`] order),
+    /// with `shared_prefix_tokens` counted.
+    fn build_step(&self, traj: &Trajectory, step: usize) -> Result<Vec<FitOutcome>, PromptError> {
+        let window = match self.settings.fit {
+            FitMode::Independent => None,
+            FitMode::Shared => self.window_of(traj, step)?,
+        };
+        let mut outcomes = Vec::with_capacity(Self::VARIANTS.len());
+        for (task, runtime) in Self::VARIANTS {
+            let src = ContextSource::new(traj, step, task, runtime, self.settings.repr_chars);
+            let tpl = self.template(task, runtime);
+            let shared_fit = match window {
+                Some(w) => self
+                    .fit_shape(tpl, &src, &Self::window_shape(w, self.rows_within_share(&src)?))?
+                    .map(|p| FittedPrompt { window: Some(w), ..p }),
+                None => None,
+            };
+            outcomes.push(match shared_fit {
+                Some(p) => FitOutcome::Fitted(p),
+                None => self.fit_independent(tpl, &src)?,
+            });
+        }
+        for i in 0..outcomes.len() {
+            let shared = outcomes
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| *j != i)
+                .filter_map(|(_, o)| match (o, &outcomes[i]) {
+                    (FitOutcome::Fitted(other), FitOutcome::Fitted(me)) => {
+                        Some(me.tokens.iter().zip(&other.tokens).take_while(|(a, b)| a == b).count())
+                    }
+                    _ => None,
+                })
+                .max()
+                .unwrap_or(0);
+            if let FitOutcome::Fitted(p) = &mut outcomes[i] {
+                p.shared_prefix_tokens = shared;
             }
-            Ok(Some(FittedPrompt {
-                text,
-                tokens,
-                dropped_steps: built.context.dropped_steps,
-                steps_kept: built.context.cells.len(),
-                truncated_chars: built.truncated_chars,
-                runtime_rows_kept: built.runtime_rows_kept,
-                template_id: tpl.id.clone(),
-                template_sha256: tpl.sha256.clone(),
-                stop: tpl.stop.clone(),
-                post: tpl.post,
-            }))
-        })?;
+        }
+        Ok(outcomes)
+    }
+
+    /// The shape a window gives a prompt: its steps, the cap on every one of
+    /// them (the newest too, so a step looks the same in later prompts), and
+    /// `rows` runtime rows.
+    fn window_shape(w: shared::Window, rows: usize) -> Shape {
+        Shape {
+            first_step: w.first_step,
+            output_cap: w.output_cap,
+            runtime_rows: rows,
+            newest_output_cap: w.output_cap,
+            newest_code_cap: None,
+        }
+    }
+
+    /// `--fit shared`: the window of a step, walking its trajectory from
+    /// the first step (each trajectory once; later steps continue the walk).
+    fn window_of(&self, traj: &Trajectory, step: usize) -> Result<Option<shared::Window>, PromptError> {
+        let mut walks = self.walks.lock().unwrap_or_else(|e| e.into_inner());
+        let walk = walks.entry(traj.id.clone()).or_insert_with(|| Walk {
+            trajectory: traj.clone(),
+            chosen: Vec::new(),
+            floor: 0,
+        });
+        if walk.trajectory != *traj {
+            *walk = Walk { trajectory: traj.clone(), chosen: Vec::new(), floor: 0 };
+        }
+        let budget = self.prompt_budget();
+        while walk.chosen.len() <= step {
+            let k = walk.chosen.len();
+            let (choice, floor) = shared::next_window(k, walk.floor, budget, |w, b| self.step_fits(traj, k, w, b))?;
+            walk.chosen.push(choice.map(shared::window));
+            walk.floor = floor;
+        }
+        Ok(walk.chosen[step])
+    }
+
+    /// Whether all four prompts of a step fit `budget` tokens with window `w`
+    /// (runtime variants with every row their share allows).
+    fn step_fits(&self, traj: &Trajectory, step: usize, w: shared::Window, budget: usize) -> Result<bool, PromptError> {
+        for (task, runtime) in Self::VARIANTS {
+            let src = ContextSource::new(traj, step, task, runtime, self.settings.repr_chars);
+            let shape = Self::window_shape(w, self.rows_within_share(&src)?);
+            let (text, _) = self.render(self.template(task, runtime), &src, &shape)?;
+            if self.tokens_of(&text)?.len() > budget {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// The prompt of one shape, if it fits the budget (counted exactly).
+    fn fit_shape(
+        &self,
+        tpl: &PromptTemplate,
+        src: &ContextSource<'_>,
+        shape: &Shape,
+    ) -> Result<Option<FittedPrompt>, PromptError> {
+        let (text, built) = self.render(tpl, src, shape)?;
+        let tokens = self.tokens_of(&text)?;
+        if tokens.len() > self.prompt_budget() {
+            return Ok(None);
+        }
+        Ok(Some(FittedPrompt {
+            text,
+            tokens,
+            dropped_steps: built.context.dropped_steps,
+            steps_kept: built.context.cells.len(),
+            truncated_chars: built.truncated_chars,
+            runtime_rows_kept: built.runtime_rows_kept,
+            shared_prefix_tokens: 0,
+            window: None,
+            template_id: tpl.id.clone(),
+            template_sha256: tpl.sha256.clone(),
+            stop: tpl.stop.clone(),
+            post: tpl.post,
+        }))
+    }
+
+    /// Fit one prompt on its own (`--fit independent`, and `--fit shared`
+    /// for a step where no common window fits): the walk of [`fit`].
+    fn fit_independent(&self, tpl: &PromptTemplate, src: &ContextSource<'_>) -> Result<FitOutcome, PromptError> {
+        let max_rows = self.rows_within_share(src)?;
+        let budget = self.prompt_budget();
+        let phases = fit::phases(src, max_rows);
+        let hit = fit::first_fit(&phases, |shape| self.fit_shape(tpl, src, shape))?;
         Ok(match hit {
             Some(p) => FitOutcome::Fitted(p),
             None => {
                 let leanest = phases.last().and_then(|p| p.last()).copied().unwrap_or_default();
-                let (text, _) = self.render(tpl, &src, &leanest)?;
+                let (text, _) = self.render(tpl, src, &leanest)?;
                 let n = self.tokens_of(&text)?.len();
                 FitOutcome::Skipped {
                     reason: SkipReason::OverBudget,

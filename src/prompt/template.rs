@@ -18,7 +18,7 @@
 
 use super::PromptError;
 use crate::data::samples::Task;
-use crate::prompt::PromptFormat;
+use crate::prompt::{FitMode, PromptFormat};
 use crate::util::sha256_hex;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -29,6 +29,10 @@ pub const BUILTIN_TEMPLATES: &[(&str, &str)] = &[
     ("next_cell.runtime.chat.v2.toml", include_str!("../../prompts/next_cell.runtime.chat.v2.toml")),
     ("output.plain.chat.v2.toml", include_str!("../../prompts/output.plain.chat.v2.toml")),
     ("output.runtime.chat.v2.toml", include_str!("../../prompts/output.runtime.chat.v2.toml")),
+    ("next_cell.plain.chat.v3.toml", include_str!("../../prompts/next_cell.plain.chat.v3.toml")),
+    ("next_cell.runtime.chat.v3.toml", include_str!("../../prompts/next_cell.runtime.chat.v3.toml")),
+    ("output.plain.chat.v3.toml", include_str!("../../prompts/output.plain.chat.v3.toml")),
+    ("output.runtime.chat.v3.toml", include_str!("../../prompts/output.runtime.chat.v3.toml")),
     ("next_cell.plain.completion.v1.toml", include_str!("../../prompts/next_cell.plain.completion.v1.toml")),
     ("next_cell.runtime.completion.v1.toml", include_str!("../../prompts/next_cell.runtime.completion.v1.toml")),
     ("output.plain.completion.v1.toml", include_str!("../../prompts/output.plain.completion.v1.toml")),
@@ -100,12 +104,16 @@ impl PromptTemplate {
         Self::parse(&text, &path.display().to_string())
     }
 
-    /// The built-in template for a task, variant and format.
-    pub fn builtin(task: Task, runtime: bool, format: PromptFormat) -> PromptTemplate {
+    /// The built-in template for a task, variant, format and fitting: chat
+    /// prompts use the v2 templates with `--fit independent` (the prompts of
+    /// runs made before `--fit` existed) and the v3 ones (one task-neutral
+    /// system text) with `--fit shared`; completion prompts use v1 with both.
+    pub fn builtin(task: Task, runtime: bool, format: PromptFormat, fit: FitMode) -> PromptTemplate {
+        let id = builtin_id(task, runtime, format, fit);
         all_builtin()
             .into_iter()
-            .find(|t| t.task == task && t.runtime == runtime && t.format == format)
-            .expect("a built-in template exists for every task, variant and format")
+            .find(|t| t.id == id)
+            .expect("a built-in template exists for every task, variant, format and fitting")
     }
 
     /// Render the assistant prefix with a context (it may use the same
@@ -124,6 +132,18 @@ impl PromptTemplate {
         env.render_str(&self.user, ctx)
             .map_err(|e| PromptError::Template { origin: self.id.clone(), message: format!("rendering `user`: {e:#}") })
     }
+}
+
+/// The id of the built-in template of a task, variant, format and fitting
+/// (see [`PromptTemplate::builtin`]).
+pub fn builtin_id(task: Task, runtime: bool, format: PromptFormat, fit: FitMode) -> String {
+    let (format_name, version) = match (format, fit) {
+        (PromptFormat::Chat, FitMode::Independent) => ("chat", "v2"),
+        (PromptFormat::Chat, FitMode::Shared) => ("chat", "v3"),
+        (PromptFormat::Completion, _) => ("completion", "v1"),
+    };
+    let variant = if runtime { "runtime" } else { "plain" };
+    format!("{}.{variant}.{format_name}.{version}", task.as_str())
 }
 
 /// All built-in templates.
@@ -168,7 +188,7 @@ mod tests {
     }
 
     #[test]
-    fn one_builtin_per_task_variant_format_and_ids_match_files() {
+    fn one_builtin_per_task_variant_format_fitting_and_ids_match_files() {
         let all = all_builtin();
         for (t, (name, _)) in all.iter().zip(BUILTIN_TEMPLATES) {
             assert_eq!(format!("{}.toml", t.id), *name);
@@ -176,10 +196,35 @@ mod tests {
         for task in Task::ALL {
             for runtime in [false, true] {
                 for format in [PromptFormat::Chat, PromptFormat::Completion] {
-                    let n = all.iter().filter(|t| t.task == task && t.runtime == runtime && t.format == format).count();
-                    assert_eq!(n, 1, "{task} runtime={runtime} {format:?}");
+                    for fit in [FitMode::Independent, FitMode::Shared] {
+                        let t = PromptTemplate::builtin(task, runtime, format, fit);
+                        assert_eq!((t.task, t.runtime, t.format), (task, runtime, format), "{}", t.id);
+                    }
                 }
             }
+        }
+        // Every file is used by some fitting.
+        let used: std::collections::HashSet<String> = Task::ALL
+            .iter()
+            .flat_map(|&task| {
+                [false, true].into_iter().flat_map(move |rt| {
+                    [PromptFormat::Chat, PromptFormat::Completion].into_iter().flat_map(move |f| {
+                        [FitMode::Independent, FitMode::Shared].map(move |fit| builtin_id(task, rt, f, fit))
+                    })
+                })
+            })
+            .collect();
+        assert_eq!(used.len(), all.len());
+    }
+
+    #[test]
+    fn shared_templates_have_one_system_text() {
+        for format in [PromptFormat::Chat, PromptFormat::Completion] {
+            let systems: std::collections::HashSet<Option<String>> = Task::ALL
+                .iter()
+                .flat_map(|&t| [false, true].map(|rt| PromptTemplate::builtin(t, rt, format, FitMode::Shared).system))
+                .collect();
+            assert_eq!(systems.len(), 1, "{format:?}: {systems:?}");
         }
     }
 

@@ -60,6 +60,13 @@ pub struct Throughput {
     pub prompt_tokens: u64,
     /// Prompt tokens actually computed (not found in the cache).
     pub prompt_tokens_computed: u64,
+    /// Prompt tokens found in the model's cache (`prompt_tokens -
+    /// prompt_tokens_computed`); 0 in files made before the field existed.
+    #[serde(default)]
+    pub prompt_tokens_reused: u64,
+    /// `prompt_tokens_reused / prompt_tokens` (0 to 1).
+    #[serde(default)]
+    pub reuse_share: f64,
     pub generated_tokens: u64,
     pub prompt_tokens_per_s: f64,
     pub gen_tokens_per_s: f64,

@@ -69,6 +69,11 @@ pub struct SampleRecord {
     /// chrF++ / rougeLsum when enabled (`--chrf-plus`, `--rouge-lsum`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub extra_scores: Option<ExtraScores>,
+    /// Tokens at the start of the prompt shared with another prompt of the
+    /// same step (other task or runtime variant); 0 in records made before
+    /// the field existed.
+    #[serde(default)]
+    pub shared_prefix_tokens: usize,
     /// Prompt tokens found in the model's cache from the previous sample.
     #[serde(default)]
     pub reused_prompt_tokens: usize,

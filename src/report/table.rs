@@ -129,8 +129,14 @@ pub fn report_markdown(r: &ResultsFile) -> String {
     if let Some(t) = &r.throughput {
         let _ = writeln!(
             s,
-            "\nThroughput: {} prompt tokens ({} computed) at {:.1} tokens/s, {} generated at {:.1} tokens/s, wall {:.1} s.",
-            t.prompt_tokens, t.prompt_tokens_computed, t.prompt_tokens_per_s, t.generated_tokens, t.gen_tokens_per_s, t.wall_s
+            "\nThroughput: {} prompt tokens ({} computed, {:.0}% reused from the cache) at {:.1} tokens/s, {} generated at {:.1} tokens/s, wall {:.1} s.",
+            t.prompt_tokens,
+            t.prompt_tokens_computed,
+            100.0 * t.reuse_share,
+            t.prompt_tokens_per_s,
+            t.generated_tokens,
+            t.gen_tokens_per_s,
+            t.wall_s
         );
     }
     if !r.metric_signatures.is_empty() {

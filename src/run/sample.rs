@@ -50,6 +50,7 @@ pub fn blank_record(dataset: &Dataset, sample: &Sample) -> SampleRecord {
         scores: None,
         extra_scores: None,
         answer_kind: None,
+        shared_prefix_tokens: 0,
         reused_prompt_tokens: 0,
         prefill_s: 0.0,
         decode_s: 0.0,
@@ -112,6 +113,7 @@ pub fn run_one(
     rec.steps_kept = prompt.steps_kept;
     rec.truncated_chars = prompt.truncated_chars;
     rec.runtime_rows_kept = prompt.runtime_rows_kept;
+    rec.shared_prefix_tokens = prompt.shared_prefix_tokens;
     rec.prediction = prediction;
     rec.raw_prediction = generation.text;
     rec.finish_reason = Some(generation.finish);

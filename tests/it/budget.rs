@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 use themisto::data::samples::{Sample, Task};
 use themisto::data::{Dataset, OutputKind, RuntimeSnapshot, Step, Trajectory, Variable};
 use themisto::prompt::PromptFormat;
-use themisto::prompt::{FitOutcome, PromptBuilder, PromptSettings};
+use themisto::prompt::{FitMode, FitOutcome, FittedPrompt, PromptBuilder, PromptSettings};
 use themisto::tokenizer::Tokenizer;
 
 fn tokenizer() -> &'static Tokenizer {
@@ -21,8 +21,13 @@ fn tokenizer() -> &'static Tokenizer {
     })
 }
 
+/// Settings of the independent fitting (whose larger budgets never keep fewer steps).
 fn settings(context: usize, max_new: usize) -> PromptSettings {
-    PromptSettings { context_tokens: context, max_new_tokens: max_new, runtime_share: 0.25, repr_chars: 80 }
+    settings_fit(context, max_new, FitMode::Independent)
+}
+
+fn settings_fit(context: usize, max_new: usize, fit: FitMode) -> PromptSettings {
+    PromptSettings { context_tokens: context, max_new_tokens: max_new, runtime_share: 0.25, repr_chars: 80, fit }
 }
 
 const SNIPPETS: &[&str] = &[
@@ -126,6 +131,111 @@ proptest! {
             last = Some(now);
         }
     }
+}
+
+/// The four prompts of step `k` (next cell, next cell + runtime, output, output + runtime).
+fn step_prompts(b: &PromptBuilder, dataset: &Dataset, k: usize) -> Vec<FitOutcome> {
+    PromptBuilder::VARIANTS
+        .iter()
+        .map(|&(task, rt)| {
+            let r = themisto::data::samples::SampleRef { task, trajectory: "t".into(), step: k };
+            b.build(dataset, &Sample::new("prop", &r, rt)).unwrap()
+        })
+        .collect()
+}
+
+/// The runtime prompt without its runtime block (the lines from `# Runtime
+/// state after` to the blank line after them).
+fn without_runtime_block(text: &str) -> String {
+    let Some(start) = text.find("\n# Runtime state after In[") else { return text.to_string() };
+    let end = text[start + 1..].find("\n\n").map(|e| start + 1 + e + 1).expect("block ends");
+    format!("{}{}", &text[..start], &text[end..])
+}
+
+/// The shown history of a chat prompt: everything before the task's own part.
+fn history_part(p: &FittedPrompt) -> &str {
+    let end = ["\n# Runtime state after In[", "\nWrite only the code", "\nNow I run this cell:"]
+        .iter()
+        .filter_map(|m| p.text.find(m))
+        .min()
+        .expect("a task part");
+    &p.text[..end]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, .. ProptestConfig::default() })]
+
+    /// `--fit shared`: the bound holds for every prompt; the four prompts of
+    /// a step show the same history (runtime and plain differ only by the
+    /// runtime block); while the window stays put, a step's history extends
+    /// the previous step's; `shared_prefix_tokens` is the longest token
+    /// prefix shared with another prompt of the step.
+    #[test]
+    fn shared_fit_keeps_the_bound_and_one_history_per_step(
+        steps in prop::collection::vec(step_strategy(), 1..20),
+        context in 96usize..6000,
+        max_new in 8usize..200,
+    ) {
+        let dataset = make_dataset(steps);
+        let n = dataset.trajectories[0].steps.len();
+        let tok = tokenizer();
+        let max_new = max_new.min(context / 2);
+        let b = PromptBuilder::new(tok, PromptFormat::Chat, settings_fit(context, max_new, FitMode::Shared), vec![]).unwrap();
+        let mut previous: Option<(themisto::prompt::shared::Window, String)> = None;
+        for k in 0..n {
+            let outcomes = step_prompts(&b, &dataset, k);
+            let fitted: Vec<&FittedPrompt> = outcomes.iter().filter_map(|o| match o { FitOutcome::Fitted(p) => Some(p), _ => None }).collect();
+            for p in &fitted {
+                prop_assert!(p.tokens.len() + max_new <= context, "{} + {} > {}", p.tokens.len(), max_new, context);
+                prop_assert_eq!(&p.tokens, &tok.encode(&p.text).unwrap());
+                prop_assert!(p.template_id.ends_with(".chat.v3"), "{}", p.template_id);
+                let others = fitted.iter().filter(|q| !std::ptr::eq(**q, *p));
+                let want = others.map(|q| p.tokens.iter().zip(&q.tokens).take_while(|(a, b)| a == b).count()).max().unwrap_or(0);
+                prop_assert_eq!(p.shared_prefix_tokens, want);
+            }
+            if let Some(window) = fitted.iter().find_map(|p| p.window) {
+                // A common window: all four fit and show the same steps.
+                prop_assert_eq!(fitted.len(), 4);
+                prop_assert!(fitted.iter().all(|p| p.window == Some(window)));
+                let kept: Vec<(usize, usize)> = fitted.iter().map(|p| (p.dropped_steps, p.steps_kept)).collect();
+                prop_assert!(kept.iter().all(|x| *x == kept[0]), "{:?}", kept);
+                prop_assert_eq!(without_runtime_block(&fitted[1].text), fitted[0].text.clone());
+                prop_assert_eq!(without_runtime_block(&fitted[3].text), fitted[2].text.clone());
+                let history = history_part(fitted[0]).to_string();
+                prop_assert!(fitted.iter().all(|p| history_part(p) == history));
+                if let Some((w, prev)) = &previous {
+                    if *w == window {
+                        prop_assert!(history.starts_with(prev.as_str()), "step {} does not extend step {}", k, k - 1);
+                    }
+                }
+                previous = Some((window, history));
+            } else {
+                previous = None;
+            }
+        }
+    }
+}
+
+#[test]
+fn shared_fit_moves_the_window_in_jumps() {
+    // 30 steps of about 100 tokens each in a 1024-token budget.
+    let steps = (0..30).map(|i| (i % SNIPPETS.len(), 300, true, String::new())).collect();
+    let dataset = make_dataset(steps);
+    let b =
+        PromptBuilder::new(tokenizer(), PromptFormat::Chat, settings_fit(1280, 256, FitMode::Shared), vec![]).unwrap();
+    let mut dropped = Vec::new();
+    for k in 0..30 {
+        let outcomes = step_prompts(&b, &dataset, k);
+        let FitOutcome::Fitted(p) = &outcomes[3] else { panic!("step {k} fits") };
+        let w = p.window.unwrap_or_else(|| panic!("step {k} has a common window"));
+        assert_eq!(w.first_step, p.dropped_steps);
+        dropped.push(p.dropped_steps);
+    }
+    let moves: Vec<usize> = (1..30).filter(|&k| dropped[k] != dropped[k - 1]).collect();
+    assert!(moves.len() >= 2, "{dropped:?}");
+    // Between two moves the window stays put for several steps.
+    assert!(moves.windows(2).all(|m| m[1] - m[0] >= 2), "{moves:?}: {dropped:?}");
+    assert!(dropped.windows(2).all(|w| w[0] <= w[1]), "{dropped:?}");
 }
 
 #[test]

@@ -24,6 +24,7 @@ mod data_release;
 mod data_rows;
 mod decode;
 mod fetch;
+mod fit_modes;
 mod fuzz;
 mod metrics_parity;
 mod model_loader;

@@ -14,7 +14,7 @@ use themisto::data::Dataset;
 use themisto::metrics::answer::AnswerKind;
 use themisto::model::fetch::FetchOptions;
 use themisto::model::{LanguageModel, LoadedModel, ModelError, ModelInfo};
-use themisto::prompt::{FitOutcome, PromptBuilder, PromptSettings};
+use themisto::prompt::{FitMode, FitOutcome, PromptBuilder, PromptSettings};
 use themisto::records::read_samples;
 use themisto::run::{run_in, select_samples, RunOptions, Session};
 use themisto::tokenizer::Tokenizer;
@@ -70,7 +70,13 @@ fn config(limit: Option<usize>, context_tokens: usize, max_new_tokens: usize) ->
         runtime: vec![false, true],
         limit,
         seed: 0,
-        prompt: PromptSettings { context_tokens, max_new_tokens, runtime_share: 0.25, repr_chars: 80 },
+        prompt: PromptSettings {
+            context_tokens,
+            max_new_tokens,
+            runtime_share: 0.25,
+            repr_chars: 80,
+            fit: FitMode::Shared,
+        },
         prompt_templates: vec![],
         metrics: Default::default(),
         device: Default::default(),
@@ -258,4 +264,34 @@ fn a_failing_sample_is_kept_counted_and_retried_on_resume() {
     let recs = read_samples(&dir.path().join("run/samples.jsonl")).unwrap();
     assert_eq!(recs.len(), samples.len() + 1, "the retry is appended; the failed line stays");
     assert!(recs.last().unwrap().id == failing_id && recs.last().unwrap().error.is_none());
+}
+
+#[test]
+fn shared_fit_reuses_most_prompt_tokens_and_results_report_the_share() {
+    common::default_model();
+    let mut shares = Vec::new();
+    for fit in [FitMode::Independent, FitMode::Shared] {
+        let mut cfg = config(Some(5), 2048, 256);
+        cfg.prompt.fit = fit;
+        let recs = run_scripted(&cfg, |_, _| String::new());
+        assert_eq!(recs.len(), 20);
+        let t = themisto::records::aggregate::throughput(&recs, 1.0);
+        let reused: usize = recs.iter().map(|r| r.reused_prompt_tokens).sum();
+        assert_eq!(t.prompt_tokens_reused, reused as u64);
+        assert_eq!(t.prompt_tokens_reused + t.prompt_tokens_computed, t.prompt_tokens);
+        assert!((t.reuse_share - reused as f64 / t.prompt_tokens as f64).abs() < 1e-12);
+        for pair in recs.chunks(2) {
+            // The runtime twin follows its plain twin and finds at least their shared prefix in the cache.
+            assert!(!pair[0].runtime && pair[1].runtime && pair[0].step == pair[1].step);
+            if fit == FitMode::Shared {
+                assert_eq!(pair[0].steps_kept, pair[1].steps_kept);
+                assert!(
+                    pair[1].reused_prompt_tokens >= pair[0].shared_prefix_tokens.min(pair[1].shared_prefix_tokens) - 1
+                );
+            }
+        }
+        eprintln!("{fit:?}: reuse {:.3} of {} prompt tokens", t.reuse_share, t.prompt_tokens);
+        shares.push(t.reuse_share);
+    }
+    assert!(shares[1] > 0.5 && shares[1] > 2.0 * shares[0], "{shares:?}");
 }

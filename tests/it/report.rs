@@ -18,7 +18,9 @@ use themisto::report::table::ci;
 use themisto::report::{write_report, ReportOptions};
 use themisto::sweep::{sweep, SweepOptions};
 
-/// A two-budget sweep of the tiny model, two samples per group.
+/// A two-budget sweep of the tiny model, two samples per group, with the
+/// independent fitting: the random model's answers (and so the spread of
+/// scores the plots are checked for) depend on the prompts.
 fn make_sweep(dir: &Path) -> PathBuf {
     let model = dir.join("tiny.gguf");
     common::write_tiny_gguf(&model, &common::TinySpec { context: 2048, ..Default::default() });
@@ -34,6 +36,8 @@ fn make_sweep(dir: &Path) -> PathBuf {
         "2",
         "--max-new-tokens",
         "8",
+        "--fit",
+        "independent",
         "--out",
         "x",
     ];

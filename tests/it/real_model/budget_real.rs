@@ -9,7 +9,7 @@ use crate::common;
 use themisto::data::samples::{Sample, SampleRef, Task};
 use themisto::data::{load_paths, Dataset, LoadOptions};
 use themisto::prompt::PromptFormat;
-use themisto::prompt::{FitOutcome, PromptBuilder, PromptSettings};
+use themisto::prompt::{FitMode, FitOutcome, PromptBuilder, PromptSettings};
 use themisto::tokenizer::Tokenizer;
 
 const BUDGETS: [usize; 7] = [128, 256, 512, 1024, 2048, 4096, 8192];
@@ -33,6 +33,7 @@ fn check(dataset: &Dataset, every: usize) -> (usize, usize) {
                 max_new_tokens: MAX_NEW,
                 runtime_share: 0.25,
                 repr_chars: 80,
+                fit: FitMode::Independent,
             };
             PromptBuilder::new(&tok, PromptFormat::Chat, settings, vec![]).unwrap()
         })

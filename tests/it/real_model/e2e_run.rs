@@ -6,7 +6,7 @@ use crate::common;
 use themisto::config::{RunConfig, Selection};
 use themisto::data::samples::Task;
 use themisto::model::fetch::FetchOptions;
-use themisto::prompt::PromptSettings;
+use themisto::prompt::{FitMode, PromptSettings};
 use themisto::records::read_samples;
 use themisto::run::{run, RunOptions};
 
@@ -19,7 +19,13 @@ fn config() -> RunConfig {
         runtime: vec![false, true],
         limit: Some(1),
         seed: 0,
-        prompt: PromptSettings { context_tokens: 1024, max_new_tokens: 48, runtime_share: 0.25, repr_chars: 80 },
+        prompt: PromptSettings {
+            context_tokens: 1024,
+            max_new_tokens: 48,
+            runtime_share: 0.25,
+            repr_chars: 80,
+            fit: FitMode::Shared,
+        },
         prompt_templates: vec![],
         metrics: Default::default(),
         device: Default::default(),
