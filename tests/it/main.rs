@@ -35,6 +35,7 @@ mod record_replay;
 mod record_sample;
 mod report;
 mod report_browser;
+mod safetensors;
 mod shards;
 mod sweep;
 mod tokenizer_file;

@@ -25,6 +25,7 @@ fn config() -> RunConfig {
         device: Default::default(),
         weights: Default::default(),
         engine: Default::default(),
+        dtype: Default::default(),
         threads: None,
         shard: None,
     }
