@@ -46,5 +46,6 @@ mod real_model {
     mod budget_real;
     mod e2e_run;
     mod native_parity;
+    mod safetensors_real;
     mod tokenizer_reference;
 }
