@@ -17,6 +17,10 @@ pub const BUILTIN_CARDS: &[(&str, &str)] = &[
     ("smollm2-135m-instruct.toml", include_str!("../../models/smollm2-135m-instruct.toml")),
     ("qwen2.5-coder-0.5b-instruct.toml", include_str!("../../models/qwen2.5-coder-0.5b-instruct.toml")),
     ("qwen2.5-coder-1.5b-instruct.toml", include_str!("../../models/qwen2.5-coder-1.5b-instruct.toml")),
+    ("qwen2.5-coder-1.5b-instruct-hf.toml", include_str!("../../models/qwen2.5-coder-1.5b-instruct-hf.toml")),
+    ("qwen2.5-coder-7b-instruct-hf.toml", include_str!("../../models/qwen2.5-coder-7b-instruct-hf.toml")),
+    ("qwen2.5-coder-14b-instruct-hf.toml", include_str!("../../models/qwen2.5-coder-14b-instruct-hf.toml")),
+    ("starcoder2-7b-hf.toml", include_str!("../../models/starcoder2-7b-hf.toml")),
 ];
 
 /// The model used when `--model` is not given.

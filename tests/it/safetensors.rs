@@ -496,3 +496,36 @@ fn old_run_configs_without_dtype_still_read() {
     let old: themisto::config::RunConfig = serde_json::from_value(v).unwrap();
     assert_eq!(old.identity(), cfg.identity());
 }
+
+#[test]
+fn registry_cards_resolve_from_the_hub_cache_and_models_list_says_which_are_cached() {
+    let tmp = common::tempdir();
+    let src = tmp.path().join("src");
+    let mut reference = write_checkpoint(&src, "qwen2", false, 21);
+    let cache = tmp.path().join("hub");
+    let card = themisto::model::registry::find("qwen2.5-coder-1.5b-instruct-hf").unwrap();
+    let Some(themisto::model::registry::Source::Hub { repo, revision: Some(rev) }) = card.sources.first().cloned()
+    else {
+        panic!("{card:?}")
+    };
+    // The tiny checkpoint stands in for the pinned snapshot of the card's repository.
+    hub_layout(&cache, &repo, &rev, &src);
+    let mut m = open("qwen2.5-coder-1.5b-instruct-hf", &cache).unwrap();
+    assert_eq!(m.card.stop, ["<|im_end|>", "<|endoftext|>"]);
+    assert!(m.info.origin.contains(&rev), "{}", m.info.origin);
+    assert!(close(&m.model.forward(&PROMPT).unwrap(), &reference.last_logits(&PROMPT)));
+
+    let out = run_ok(
+        themisto()
+            .env("HF_HUB_CACHE", &cache)
+            .env("HF_HUB_OFFLINE", "1")
+            .env("THEMISTO_HOME", tmp.path().join("home"))
+            .args(["models", "list"]),
+        tmp.path(),
+    );
+    let line = |id: &str| out.lines().find(|l| l.starts_with(&format!("{id} "))).unwrap_or_else(|| panic!("{out}"));
+    assert!(line("qwen2.5-coder-1.5b-instruct-hf").contains("safetensors"), "{out}");
+    assert!(line("qwen2.5-coder-1.5b-instruct-hf").contains("present (hub Qwen/Qwen2.5-Coder-1.5B-Instruct@"), "{out}");
+    assert!(line("qwen2.5-coder-7b-instruct-hf").contains("not fetched"), "{out}");
+    assert!(line("smollm2-135m-instruct").contains("gguf"), "{out}");
+}
