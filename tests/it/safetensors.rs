@@ -459,6 +459,10 @@ fn run_scores_all_groups_from_a_folder_and_from_the_hub_cache() {
     assert_eq!(preds(&out1), preds(&out2));
     assert_eq!(r1["model"]["sha256"], r2["model"]["sha256"]);
 
+    // `prompt` reads the checkpoint's tokenizer and chat template (tokenizer_config.json).
+    let printed = run_ok(themisto().args(["prompt", "--model", src.to_str().unwrap(), "--limit", "1"]), &out1);
+    assert!(printed.contains("<|im_start|>user") && printed.contains("<|im_start|>assistant"), "{printed}");
+
     // Resuming with another dtype is refused and names it.
     let out = themisto()
         .args(["run", "--model", src.to_str().unwrap(), "--out", out1.to_str().unwrap(), "--resume", "--dtype", "f16"])
