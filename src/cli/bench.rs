@@ -10,7 +10,7 @@ use clap::Args;
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// Model: a registry id, a card (.toml), a .gguf file, a folder (GGUF or safetensors checkpoint), or hf://ORG/REPO[@REVISION].
+    /// Model: a registry id, a card (.toml), a .gguf file, a folder (GGUF or safetensors checkpoint), or `hf://ORG/REPO[@REVISION]`.
     #[arg(long, default_value = DEFAULT_MODEL)]
     pub model: String,
     /// Prompt length in tokens.

@@ -10,7 +10,7 @@ pub enum ModelsCommand {
     List,
     /// Download a model's files (if not cached) and check their sha256.
     Fetch {
-        /// Model id from `models list`, a card (.toml), a .gguf file, a folder, or hf://ORG/REPO[@REVISION].
+        /// Model id from `models list`, a card (.toml), a .gguf file, a folder, or `hf://ORG/REPO[@REVISION]`.
         id: String,
     },
 }

@@ -61,7 +61,7 @@ pub enum ProtocolArg {
 /// Options shared by commands that build prompts and run models.
 #[derive(Debug, Clone, Args)]
 pub struct CommonArgs {
-    /// Model: a registry id (`themisto models list`), a card (.toml), a .gguf file, a folder holding one, a safetensors checkpoint folder (config.json, tokenizer.json, model.safetensors or shards), or hf://ORG/REPO[@REVISION].
+    /// Model: a registry id (`themisto models list`), a card (.toml), a .gguf file, a folder holding one, a safetensors checkpoint folder (config.json, tokenizer.json, model.safetensors or shards), or `hf://ORG/REPO[@REVISION]`.
     #[arg(long, default_value = DEFAULT_MODEL)]
     pub model: String,
     /// Trajectories: `sample` (embedded), or a file in a supported format.

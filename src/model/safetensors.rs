@@ -5,7 +5,7 @@
 //! [`HfArch`] is the closed set of `model_type`s this build runs (the
 //! decoder-only families of candle-transformers that code models use);
 //! [`CheckpointFacts`] is what the loader reads from `config.json` and the
-//! safetensors headers before any weight; [`build`] makes the model, held by
+//! safetensors headers before any weight; `build` makes the model, held by
 //! [`super::candle::CandleModel`] behind the same seam as GGUF models.
 //! candle's caches here can only be emptied, so prefix reuse is reported off
 //! through `kept_on_truncate`, as for candle's GGUF models.
