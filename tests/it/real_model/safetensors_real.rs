@@ -70,6 +70,9 @@ fn smollm2_exported_to_safetensors_decodes_like_the_gguf_on_candle_f32() {
     }
 
     let (mut agree, mut total, mut worst_rel) = (0usize, 0usize, 0f32);
+    // With THEMISTO_GREEDY_DUMP=FILE, the prompts' ids and the GGUF's greedy
+    // tokens go to FILE (for scripts/hf_transformers_check.py).
+    let mut dump: Vec<serde_json::Value> = Vec::new();
     for text in PROMPTS {
         let ids = reference.tokenizer.encode(text).unwrap();
         assert_eq!(st.tokenizer.encode(text).unwrap(), ids, "tokenizer.json encodes {text:?} differently");
@@ -77,6 +80,7 @@ fn smollm2_exported_to_safetensors_decodes_like_the_gguf_on_candle_f32() {
         st.model.truncate(0).unwrap();
         let mut a = reference.model.forward(&ids).unwrap();
         let mut b = st.model.forward(&ids).unwrap();
+        let mut greedy = Vec::new();
         for pos in 0..GREEDY_TOKENS {
             let (ta, tb) = (argmax(&a), argmax(&b));
             let (lo, hi) = a.iter().fold((f32::MAX, f32::MIN), |(l, h), &v| (l.min(v), h.max(v)));
@@ -91,9 +95,14 @@ fn smollm2_exported_to_safetensors_decodes_like_the_gguf_on_candle_f32() {
                     a[ta as usize], a[tb as usize]
                 );
             }
+            greedy.push(ta);
             a = reference.model.forward(&[ta]).unwrap();
             b = st.model.forward(&[ta]).unwrap();
         }
+        dump.push(serde_json::json!({ "prompt": ids, "greedy": greedy }));
+    }
+    if let Some(path) = std::env::var_os("THEMISTO_GREEDY_DUMP") {
+        std::fs::write(path, serde_json::to_string(&dump).unwrap()).unwrap();
     }
     let share = agree as f64 / total as f64;
     eprintln!(
