@@ -13,7 +13,7 @@ use crate::data::samples::Task;
 use crate::data::DataSpec;
 use crate::metrics::MetricOptions;
 use crate::model::device::DeviceSpec;
-use crate::model::engine::{Engine, WeightsPolicy};
+use crate::model::engine::{DtypePolicy, Engine, WeightsPolicy};
 use crate::prompt::PromptSettings;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -86,6 +86,10 @@ pub struct RunConfig {
     /// The engine that runs GGUF models (see `--engine`).
     #[serde(default)]
     pub engine: Engine,
+    /// The dtype safetensors checkpoints run in (see `--dtype`; configs
+    /// written before it existed read as `auto`).
+    #[serde(default)]
+    pub dtype: DtypePolicy,
     /// Worker threads for the CPU backend (not part of what is compared on resume).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub threads: Option<usize>,

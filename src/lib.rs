@@ -4,9 +4,9 @@
 //!
 //! ```text
 //! sources ──> trajectories ──> samples ──> prompts ──> model ──> decoder ──> scores ──> records ──> reports
-//! (.ipynb,     Trajectory/     task x        template    GGUF        greedy,     EM,        samples.jsonl  table,
-//!  Themisto    Step/Runtime    runtime,      + token     CPU / CUDA  stop        ROUGE-L,   results.json   report.md,
-//!  rows, JuNE                  protocol      budget                  strings     chrF       sweep.json     plots
+//! (.ipynb,     Trajectory/     task x        template    GGUF or     greedy,     EM,        samples.jsonl  table,
+//!  Themisto    Step/Runtime    runtime,      + token     safetensors stop        ROUGE-L,   results.json   report.md,
+//!  rows, JuNE                  protocol      budget      CPU / CUDA  strings     chrF       sweep.json     plots
 //!  log, record)                sampling      fitter
 //! ```
 //!

@@ -2,7 +2,7 @@
 
 use crate::bench::{self, median, BenchConfig};
 use crate::model::device::DeviceSpec;
-use crate::model::engine::{Engine, WeightsPolicy};
+use crate::model::engine::{DtypePolicy, Engine, WeightsPolicy};
 use crate::model::fetch::FetchOptions;
 use crate::model::registry::DEFAULT_MODEL;
 use crate::model::{LoadOptions, OpenOptions};
@@ -10,7 +10,7 @@ use clap::Args;
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// Model: a registry id, a card (.toml), a .gguf file or a folder.
+    /// Model: a registry id, a card (.toml), a .gguf file, a folder (GGUF or safetensors checkpoint), or `hf://ORG/REPO[@REVISION]`.
     #[arg(long, default_value = DEFAULT_MODEL)]
     pub model: String,
     /// Prompt length in tokens.
@@ -31,6 +31,9 @@ pub struct BenchArgs {
     /// Engine: auto (native on CPU when it supports the model, else candle), native or candle.
     #[arg(long, default_value = "auto")]
     pub engine: Engine,
+    /// Safetensors checkpoints: auto (bf16 on CUDA, f32 on CPU), f32, f16 or bf16.
+    #[arg(long, default_value = "auto")]
+    pub dtype: DtypePolicy,
     /// CPU threads.
     #[arg(long)]
     pub threads: Option<usize>,
@@ -43,7 +46,7 @@ pub fn execute(args: BenchArgs) -> anyhow::Result<()> {
     super::run::set_threads(args.threads);
     let opts = OpenOptions {
         device: args.device,
-        load: LoadOptions { weights: args.weights, engine: args.engine },
+        load: LoadOptions { weights: args.weights, engine: args.engine, dtype: args.dtype },
         fetch: FetchOptions::from_env(),
     };
     let t = std::time::Instant::now();

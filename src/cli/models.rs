@@ -10,7 +10,7 @@ pub enum ModelsCommand {
     List,
     /// Download a model's files (if not cached) and check their sha256.
     Fetch {
-        /// Model id from `models list`, a card (.toml), a .gguf file or a folder.
+        /// Model id from `models list`, a card (.toml), a .gguf file, a folder, or `hf://ORG/REPO[@REVISION]`.
         id: String,
     },
 }
@@ -19,7 +19,7 @@ pub fn execute(cmd: ModelsCommand) -> anyhow::Result<()> {
     let opts = FetchOptions::from_env();
     match cmd {
         ModelsCommand::List => {
-            println!("{:<32} {:<8} {:>9} {:<8} status", "id", "arch", "size", "format");
+            println!("{:<32} {:<10} {:<11} {:>9} {:<10} status", "id", "arch", "weights", "size", "prompt");
             for card in registry::builtin_cards() {
                 let size: u64 = card.files.iter().filter_map(|f| f.size).sum();
                 let mut attempts = Vec::new();
@@ -29,11 +29,13 @@ pub fn execute(cmd: ModelsCommand) -> anyhow::Result<()> {
                     None => format!("not usable: {}", attempts.join("; ")),
                 };
                 let default = if card.id == registry::DEFAULT_MODEL { " (default)" } else { "" };
+                let size = if size == 0 { "-".to_string() } else { format!("{} MB", size / 1_000_000) };
                 println!(
-                    "{:<32} {:<8} {:>6} MB {:<8} {status}{default}",
+                    "{:<32} {:<10} {:<11} {:>9} {:<10} {status}{default}",
                     card.id,
                     card.architecture,
-                    size / 1_000_000,
+                    card.format,
+                    size,
                     format!("{:?}", card.prompt_format).to_lowercase(),
                 );
             }

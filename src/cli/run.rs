@@ -5,7 +5,7 @@ use crate::config::{RunConfig, Selection};
 use crate::data::samples::Task;
 use crate::metrics::MetricOptions;
 use crate::model::device::DeviceSpec;
-use crate::model::engine::{Engine, WeightsPolicy};
+use crate::model::engine::{DtypePolicy, Engine, WeightsPolicy};
 use crate::model::fetch::FetchOptions;
 use crate::model::registry::DEFAULT_MODEL;
 use crate::prompt::{FitMode, PromptSettings};
@@ -80,7 +80,7 @@ pub enum ProtocolArg {
 /// Options shared by commands that build prompts and run models.
 #[derive(Debug, Clone, Args)]
 pub struct CommonArgs {
-    /// Model: a registry id (`themisto models list`), a card (.toml), a .gguf file or a folder.
+    /// Model: a registry id (`themisto models list`), a card (.toml), a .gguf file, a folder holding one, a safetensors checkpoint folder (config.json, tokenizer.json, model.safetensors or shards), or `hf://ORG/REPO[@REVISION]`.
     #[arg(long, default_value = DEFAULT_MODEL)]
     pub model: String,
     /// Trajectories: `sample` (embedded), or a file in a supported format.
@@ -137,6 +137,9 @@ pub struct RunArgs {
     /// Engine for GGUF models: auto (native on CPU when it supports the model, else candle), native or candle.
     #[arg(long, default_value = "auto")]
     pub engine: Engine,
+    /// Safetensors checkpoints: the dtype to run in: auto (bf16 on CUDA, f32 on CPU), f32, f16 or bf16.
+    #[arg(long, default_value = "auto")]
+    pub dtype: DtypePolicy,
     /// CPU threads (default: all cores; RAYON_NUM_THREADS also works).
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
@@ -197,6 +200,7 @@ impl CommonArgs {
             device: Default::default(),
             weights: Default::default(),
             engine: Default::default(),
+            dtype: Default::default(),
             threads: None,
             shard: None,
         }
@@ -212,6 +216,7 @@ impl RunArgs {
             device: self.device,
             weights: self.weights,
             engine: self.engine,
+            dtype: self.dtype,
             threads: self.threads,
             shard: self.shard,
             ..c.run_config()

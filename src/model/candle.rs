@@ -1,5 +1,7 @@
 //! The candle engine: GGUF models through candle-transformers' quantized
-//! implementations (llama, qwen2, qwen3, gemma3), on the CPU or CUDA.
+//! implementations (llama, qwen2, qwen3, gemma3), on the CPU or CUDA; and the
+//! cache bookkeeping ([`CandleModel`]) shared with the safetensors engine
+//! ([`super::safetensors`]), whose candle models keep their caches the same way.
 //!
 //! candle's models keep their own KV cache and can only empty it, so
 //! `truncate(n)` with `0 < n < cached_len` re-feeds the kept prefix on the
@@ -20,9 +22,43 @@ pub(crate) enum Weights {
     Gemma3(quantized_gemma3::ModelWeights),
 }
 
-/// A GGUF model in candle-transformers, on a device, with its KV cache.
+/// A candle-transformers model whose KV cache can only be emptied: `step`
+/// feeds a `(batch, tokens)` input at position `pos` and returns the last
+/// position's logits as `(batch, vocab)` (any float dtype); `reset` empties
+/// the cache.
+pub(crate) trait CacheStep {
+    fn step(&mut self, input: &Tensor, pos: usize) -> candle_core::Result<Tensor>;
+    fn reset(&mut self);
+    /// The most tokens one `step` may take.
+    fn max_chunk(&self) -> usize {
+        PREFILL_CHUNK
+    }
+}
+
+impl CacheStep for Weights {
+    fn step(&mut self, input: &Tensor, pos: usize) -> candle_core::Result<Tensor> {
+        match self {
+            Weights::Llama(m) => m.forward(input, pos),
+            Weights::Qwen2(m) => m.forward(input, pos),
+            Weights::Qwen3(m) => m.forward(input, pos),
+            Weights::Gemma3(m) => m.forward(input, pos),
+        }
+    }
+
+    fn reset(&mut self) {
+        match self {
+            Weights::Llama(m) => m.clear_kv_cache(),
+            Weights::Qwen2(m) => m.clear_kv_cache(),
+            Weights::Qwen3(m) => m.clear_kv_cache(),
+            // gemma3 starts a new cache whenever it is fed at position 0.
+            Weights::Gemma3(_) => {}
+        }
+    }
+}
+
+/// A candle-transformers model (GGUF or safetensors), on a device, with its KV cache.
 pub struct CandleModel {
-    weights: Weights,
+    weights: Box<dyn CacheStep>,
     device: Device,
     context_length: usize,
     vocab_rows: usize,
@@ -81,32 +117,20 @@ pub(crate) fn build_weights(
 
 impl CandleModel {
     /// Wrap loaded weights.
-    pub(crate) fn new(weights: Weights, device: Device, context_length: usize, vocab_rows: usize) -> Self {
+    pub(crate) fn new(weights: Box<dyn CacheStep>, device: Device, context_length: usize, vocab_rows: usize) -> Self {
         CandleModel { weights, device, context_length, vocab_rows, in_cache: Vec::new(), cached: Vec::new() }
     }
 }
 
 impl CandleModel {
     fn clear(&mut self) {
-        match &mut self.weights {
-            Weights::Llama(m) => m.clear_kv_cache(),
-            Weights::Qwen2(m) => m.clear_kv_cache(),
-            Weights::Qwen3(m) => m.clear_kv_cache(),
-            // gemma3 starts a new cache whenever it is fed at position 0.
-            Weights::Gemma3(_) => {}
-        }
+        self.weights.reset();
         self.in_cache.clear();
     }
 
     fn run(&mut self, tokens: &[u32], pos: usize) -> Result<Tensor, ModelError> {
         let input = Tensor::new(tokens, &self.device)?.unsqueeze(0)?;
-        let logits = match &mut self.weights {
-            Weights::Llama(m) => m.forward(&input, pos)?,
-            Weights::Qwen2(m) => m.forward(&input, pos)?,
-            Weights::Qwen3(m) => m.forward(&input, pos)?,
-            Weights::Gemma3(m) => m.forward(&input, pos)?,
-        };
-        Ok(logits)
+        Ok(self.weights.step(&input, pos)?)
     }
 }
 
@@ -132,7 +156,7 @@ impl LanguageModel for CandleModel {
         }
         todo.extend_from_slice(tokens);
         let mut logits = None;
-        for chunk in todo.chunks(PREFILL_CHUNK) {
+        for chunk in todo.chunks(self.weights.max_chunk().max(1)) {
             let pos = self.in_cache.len();
             logits = Some(self.run(chunk, pos)?);
             self.in_cache.extend_from_slice(chunk);

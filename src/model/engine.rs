@@ -135,3 +135,53 @@ pub(crate) fn has_cpu_kernel(dtype: candle_core::quantized::GgmlDType) -> bool {
     use candle_core::quantized::GgmlDType as D;
     !matches!(dtype, D::Q4_1 | D::Q5_0 | D::Q5_1)
 }
+
+/// The dtype a safetensors checkpoint runs in (`--dtype`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DtypePolicy {
+    /// bf16 on CUDA, f32 on the CPU (candle's CPU half-precision matmuls are slow).
+    #[default]
+    Auto,
+    F32,
+    F16,
+    Bf16,
+}
+
+impl DtypePolicy {
+    /// The dtype to run in on a device.
+    pub fn resolve(self, on_cpu: bool) -> candle_core::DType {
+        use candle_core::DType;
+        match self {
+            DtypePolicy::Auto if on_cpu => DType::F32,
+            DtypePolicy::Auto => DType::BF16,
+            DtypePolicy::F32 => DType::F32,
+            DtypePolicy::F16 => DType::F16,
+            DtypePolicy::Bf16 => DType::BF16,
+        }
+    }
+}
+
+impl std::str::FromStr for DtypePolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "auto" => Ok(DtypePolicy::Auto),
+            "f32" => Ok(DtypePolicy::F32),
+            "f16" => Ok(DtypePolicy::F16),
+            "bf16" => Ok(DtypePolicy::Bf16),
+            other => Err(format!("unknown dtype {other:?}; use auto, f32, f16 or bf16")),
+        }
+    }
+}
+
+impl std::fmt::Display for DtypePolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            DtypePolicy::Auto => "auto",
+            DtypePolicy::F32 => "f32",
+            DtypePolicy::F16 => "f16",
+            DtypePolicy::Bf16 => "bf16",
+        })
+    }
+}

@@ -87,6 +87,11 @@ pub struct ResolvedModel {
 }
 
 impl ResolvedModel {
+    /// Path of the card file named `name`, if the model has one.
+    pub fn path_of(&self, name: &str) -> Option<&Path> {
+        self.card.files.iter().position(|f| f.name == name).map(|i| self.paths[i].as_path())
+    }
+
     /// Path and sha256 of the GGUF weights.
     pub fn gguf(&self) -> (&Path, &str) {
         let idx = self.card.files.iter().position(|f| f.name.ends_with(".gguf")).unwrap_or(0);
@@ -119,6 +124,9 @@ pub fn verify(path: &Path, file: &ModelFile) -> Result<String, ModelError> {
 /// Find the card's files without downloading anything: the themisto cache,
 /// local sources, then the hub cache. `Ok(None)` when they are not all present.
 pub fn find_present(card: &ModelCard, opts: &FetchOptions, attempts: &mut Vec<String>) -> Option<ResolvedModel> {
+    if card.is_safetensors() {
+        return super::checkpoint::find_present(card, opts, attempts);
+    }
     let cached = cache_folder(opts, card);
     if let Some(r) = try_folder(card, &cached, "themisto cache", attempts) {
         return Some(r);
@@ -156,6 +164,9 @@ pub fn find_present(card: &ModelCard, opts: &FetchOptions, attempts: &mut Vec<St
 
 /// Resolve a card's files, downloading what is missing from the sources in order.
 pub fn fetch(card: &ModelCard, opts: &FetchOptions) -> Result<ResolvedModel, ModelError> {
+    if card.is_safetensors() {
+        return super::checkpoint::fetch(card, opts);
+    }
     let mut attempts = Vec::new();
     if let Some(r) = find_present(card, opts, &mut attempts) {
         return Ok(r);

@@ -19,7 +19,38 @@ pub struct ModelInfo {
     pub device: String,
     /// How weights are held: `quantized`, `f32` or `f16` (and why).
     pub weights: String,
-    /// The engine that ran the model: `native` or `candle`.
+    /// The engine that ran the model: `native`, `candle` or `candle-safetensors`.
     #[serde(default)]
     pub engine: String,
+    /// The weights' format: `gguf` or `safetensors` (absent in older results: `gguf`).
+    #[serde(default = "gguf")]
+    pub format: String,
+    /// The dtype a safetensors checkpoint ran in (`f32`, `f16`, `bf16`); empty for GGUF.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub dtype: String,
+    /// Every file the model was loaded from, with its sha256 (for a GGUF, the
+    /// file; for a checkpoint, config, tokenizer files and every weight shard).
+    /// For a checkpoint, `sha256` above is the sha256 of these lines
+    /// (`<sha256>  <name>\n`, in this order).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<FileDigest>,
+}
+
+fn gguf() -> String {
+    "gguf".into()
+}
+
+/// One model file and its sha256.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FileDigest {
+    pub name: String,
+    pub sha256: String,
+}
+
+impl FileDigest {
+    /// The digest of a list of files: sha256 over `<sha256>  <name>\n` lines.
+    pub fn combined(files: &[FileDigest]) -> String {
+        let text: String = files.iter().map(|f| format!("{}  {}\n", f.sha256, f.name)).collect();
+        crate::util::sha256_hex(text.as_bytes())
+    }
 }

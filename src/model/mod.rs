@@ -8,6 +8,8 @@
 //! - [`engine`]: the engine and weights-policy choices.
 //! - [`gguf`]: reading GGUF headers and their facts; the tokenizer of a file.
 //! - [`candle`]: the candle engine (candle-transformers' quantized models, CPU or CUDA).
+//! - [`safetensors`]: the safetensors engine (candle-transformers' full-precision models).
+//! - [`checkpoint`]: a safetensors checkpoint's files (folder, hub cache, download, checks).
 //! - [`native`]: the native CPU engine for GGUF llama/qwen2/qwen3 models (own kernels).
 //! - [`info`]: [`ModelInfo`], what results files record about a model.
 //! - [`device`]: choosing CPU or CUDA in one place.
@@ -17,6 +19,7 @@
 
 pub mod arch;
 pub mod candle;
+pub mod checkpoint;
 pub mod device;
 pub mod engine;
 pub mod fetch;
@@ -25,6 +28,7 @@ pub mod info;
 pub mod native;
 pub mod open;
 pub mod registry;
+pub mod safetensors;
 
 pub use info::ModelInfo;
 pub use open::{load, open, open_tokenizer, LoadOptions, LoadedModel, OpenOptions};

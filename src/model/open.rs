@@ -5,12 +5,15 @@
 //! load sequence is written once.
 
 use super::candle::{build_weights, CandleModel};
+use super::checkpoint;
 use super::device::DeviceSpec;
-use super::engine::{has_cpu_kernel, Engine, WeightsPolicy};
+use super::engine::{has_cpu_kernel, DtypePolicy, Engine, WeightsPolicy};
 use super::fetch::{self, FetchOptions, ResolvedModel};
 use super::gguf::{read_content, tokenizer_for, GgufFacts};
+use super::info::FileDigest;
 use super::native::NativeModel;
 use super::registry::{self, ModelCard};
+use super::safetensors::{self, CheckpointFacts};
 use super::{LanguageModel, ModelError, ModelInfo};
 use crate::tokenizer::Tokenizer;
 use candle_core::Device;
@@ -18,8 +21,12 @@ use candle_core::Device;
 /// How to load a model's weights.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LoadOptions {
+    /// GGUF: how candle holds the weights.
     pub weights: WeightsPolicy,
+    /// GGUF: which engine runs them.
     pub engine: Engine,
+    /// Safetensors: the dtype the checkpoint runs in.
+    pub dtype: DtypePolicy,
 }
 
 /// Everything [`open`] needs besides the `--model` text.
@@ -53,13 +60,104 @@ pub fn open(spec: &str, opts: &OpenOptions) -> Result<LoadedModel, ModelError> {
 pub fn open_tokenizer(spec: &str, fetch_opts: &FetchOptions) -> Result<(ModelCard, Tokenizer), ModelError> {
     let card = registry::resolve_spec(spec)?;
     let resolved = fetch::fetch(&card, fetch_opts)?;
+    if resolved.card.is_safetensors() {
+        return Ok((card, checkpoint_tokenizer(&resolved)?));
+    }
     let (path, _) = resolved.gguf();
     let (ct, _) = read_content(path)?;
     Ok((card, tokenizer_for(path, &ct)?))
 }
 
-/// Load already resolved files on a device.
+/// A checkpoint's tokenizer: `tokenizer.json` with `tokenizer_config.json`
+/// (chat template, special tokens), plus the end-of-turn ids of
+/// `generation_config.json`.
+fn checkpoint_tokenizer(resolved: &ResolvedModel) -> Result<Tokenizer, ModelError> {
+    let path = resolved
+        .path_of(checkpoint::TOKENIZER)
+        .ok_or_else(|| ModelError::Other(format!("{} has no {}", resolved.card.id, checkpoint::TOKENIZER)))?;
+    let mut tokenizer = Tokenizer::from_file(path, None)?;
+    if let Some(gen) = resolved.path_of("generation_config.json") {
+        tokenizer.add_eos_ids(&safetensors::generation_eos_ids(gen)?)?;
+    }
+    Ok(tokenizer)
+}
+
+/// Load a resolved safetensors checkpoint on a device.
+fn load_checkpoint(resolved: &ResolvedModel, device: &Device, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
+    if opts.weights != WeightsPolicy::Auto {
+        return Err(ModelError::Engine(format!(
+            "--weights {} applies to GGUF files; a safetensors checkpoint takes --dtype",
+            opts.weights
+        )));
+    }
+    if opts.engine == Engine::Native {
+        return Err(ModelError::Engine(
+            "the native engine runs GGUF files; safetensors checkpoints run on candle (--engine auto or candle)".into(),
+        ));
+    }
+    let config = resolved
+        .path_of(checkpoint::CONFIG)
+        .ok_or_else(|| ModelError::Other(format!("{} has no {}", resolved.card.id, checkpoint::CONFIG)))?;
+    let weights = checkpoint::weight_paths(resolved);
+    let facts = CheckpointFacts::read(config, &weights)?;
+    if !resolved.card.architecture.is_empty() && resolved.card.architecture != facts.arch.as_str() {
+        return Err(ModelError::ArchMismatch {
+            card: resolved.card.architecture.clone(),
+            file: facts.arch.as_str().to_string(),
+            path: config.to_path_buf(),
+        });
+    }
+    let tokenizer = checkpoint_tokenizer(resolved)?;
+    tokenizer.check_vocab(facts.vocab_rows)?;
+    let dtype = opts.dtype.resolve(device.is_cpu());
+    let built = safetensors::build(&facts, config, &weights, dtype, device)?;
+    let model = CandleModel::new(Box::new(built), device.clone(), facts.context_length, facts.vocab_rows);
+    let files: Vec<FileDigest> = resolved
+        .card
+        .files
+        .iter()
+        .zip(&resolved.sha256)
+        .map(|(f, sha)| FileDigest { name: f.name.clone(), sha256: sha.clone() })
+        .collect();
+    let dtype_name = format!("{dtype:?}").to_lowercase();
+    let folder = config.parent().map(|p| p.display().to_string()).unwrap_or_default();
+    let info = ModelInfo {
+        id: resolved.card.id.clone(),
+        name: resolved.card.name.clone(),
+        architecture: facts.arch.as_str().to_string(),
+        sha256: FileDigest::combined(&files),
+        path: folder,
+        origin: resolved.origin.clone(),
+        context_length: facts.context_length,
+        quantization: facts.stored_dtype.clone(),
+        parameters: facts.parameters,
+        tokenizer: tokenizer.description(),
+        tokenizer_sha256: tokenizer.fingerprint(),
+        device: format!("{device:?}"),
+        weights: format!("{dtype_name} (stored {}, --dtype {})", facts.stored_dtype, opts.dtype),
+        engine: "candle-safetensors".into(),
+        format: "safetensors".into(),
+        dtype: dtype_name,
+        files,
+    };
+    let mut card = resolved.card.clone();
+    if card.context_length == 0 {
+        card.context_length = facts.context_length;
+    }
+    Ok(LoadedModel { model: Box::new(model), tokenizer, info, card })
+}
+
+/// Load already resolved files on a device: a GGUF file or a safetensors checkpoint.
 pub fn load(resolved: &ResolvedModel, device: &Device, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
+    if resolved.card.is_safetensors() {
+        return load_checkpoint(resolved, device, opts);
+    }
+    if opts.dtype != DtypePolicy::Auto {
+        return Err(ModelError::Engine(format!(
+            "--dtype {} applies to safetensors checkpoints; a GGUF file takes --weights",
+            opts.dtype
+        )));
+    }
     let policy = opts.weights;
     let (path, sha) = resolved.gguf();
     let (ct, file) = read_content(path)?;
@@ -99,7 +197,7 @@ pub fn load(resolved: &ResolvedModel, device: &Device, opts: &LoadOptions) -> Re
         (Box::new(m), desc)
     } else {
         let weights = build_weights(facts.arch, ct, file, device, held)?;
-        let m = CandleModel::new(weights, device.clone(), facts.context_length, facts.vocab_rows);
+        let m = CandleModel::new(Box::new(weights), device.clone(), facts.context_length, facts.vocab_rows);
         (Box::new(m), weights_desc)
     };
     let info = ModelInfo {
@@ -117,6 +215,12 @@ pub fn load(resolved: &ResolvedModel, device: &Device, opts: &LoadOptions) -> Re
         device: format!("{device:?}"),
         weights: weights_desc,
         engine: engine.to_string(),
+        format: "gguf".into(),
+        dtype: String::new(),
+        files: vec![FileDigest {
+            name: path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+            sha256: sha.to_string(),
+        }],
     };
     Ok(LoadedModel { model, tokenizer, info, card: resolved.card.clone() })
 }

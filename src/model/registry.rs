@@ -17,6 +17,10 @@ pub const BUILTIN_CARDS: &[(&str, &str)] = &[
     ("smollm2-135m-instruct.toml", include_str!("../../models/smollm2-135m-instruct.toml")),
     ("qwen2.5-coder-0.5b-instruct.toml", include_str!("../../models/qwen2.5-coder-0.5b-instruct.toml")),
     ("qwen2.5-coder-1.5b-instruct.toml", include_str!("../../models/qwen2.5-coder-1.5b-instruct.toml")),
+    ("qwen2.5-coder-1.5b-instruct-hf.toml", include_str!("../../models/qwen2.5-coder-1.5b-instruct-hf.toml")),
+    ("qwen2.5-coder-7b-instruct-hf.toml", include_str!("../../models/qwen2.5-coder-7b-instruct-hf.toml")),
+    ("qwen2.5-coder-14b-instruct-hf.toml", include_str!("../../models/qwen2.5-coder-14b-instruct-hf.toml")),
+    ("starcoder2-7b-hf.toml", include_str!("../../models/starcoder2-7b-hf.toml")),
 ];
 
 /// The model used when `--model` is not given.
@@ -82,8 +86,10 @@ pub struct ModelCard {
     pub id: String,
     #[serde(default)]
     pub name: String,
-    /// `general.architecture` of the GGUF (checked at load time).
+    /// `general.architecture` of the GGUF, or `model_type` of a safetensors
+    /// checkpoint's `config.json` (checked at load time; empty: not checked).
     pub architecture: String,
+    /// `gguf` or `safetensors`.
     #[serde(default = "default_format")]
     pub format: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -95,6 +101,10 @@ pub struct ModelCard {
     /// Stop strings on top of the tokenizer's end-of-turn tokens.
     #[serde(default)]
     pub stop: Vec<String>,
+    /// The files: for GGUF, the weights file; for safetensors, files with an
+    /// expected sha256 (the rest of the checkpoint is found by name, see
+    /// [`super::checkpoint`]).
+    #[serde(default)]
     pub files: Vec<ModelFile>,
     #[serde(default)]
     pub sources: Vec<Source>,
@@ -105,6 +115,11 @@ fn default_format() -> String {
 }
 
 impl ModelCard {
+    /// Whether this card is a safetensors checkpoint (else a GGUF file).
+    pub fn is_safetensors(&self) -> bool {
+        self.format == "safetensors"
+    }
+
     /// The GGUF weights file of this card.
     pub fn gguf_file(&self) -> Option<&ModelFile> {
         self.files.iter().find(|f| f.name.ends_with(".gguf")).or_else(|| self.files.first())
@@ -115,16 +130,16 @@ impl ModelCard {
 pub fn parse_card(text: &str, origin: &str) -> Result<ModelCard, ModelError> {
     let card: ModelCard =
         toml::from_str(text).map_err(|e| ModelError::Card { origin: origin.to_string(), message: e.to_string() })?;
-    if card.files.is_empty() {
+    if card.format != "gguf" && card.format != "safetensors" {
         return Err(ModelError::Card {
             origin: origin.to_string(),
-            message: "field `files`: a card needs at least one file".into(),
+            message: format!("field `format`: {:?} is not supported (supported: gguf, safetensors)", card.format),
         });
     }
-    if card.format != "gguf" {
+    if card.files.is_empty() && !card.is_safetensors() {
         return Err(ModelError::Card {
             origin: origin.to_string(),
-            message: format!("field `format`: {:?} is not supported yet (supported: gguf)", card.format),
+            message: "field `files`: a GGUF card needs its file".into(),
         });
     }
     Ok(card)
@@ -158,9 +173,20 @@ pub fn find(id: &str) -> Result<ModelCard, ModelError> {
 }
 
 /// Turn a `--model` value into a card: a known id, a card file, a `.gguf`
-/// file, or a folder with exactly one `.gguf` in it.
+/// file, a folder with exactly one `.gguf` in it, a safetensors checkpoint
+/// folder (with a `config.json`), or `hf://ORG/REPO[@REVISION]`.
 pub fn resolve_spec(spec: &str) -> Result<ModelCard, ModelError> {
+    if let Some(rest) = spec.strip_prefix("hf://") {
+        return hub_card(spec, rest);
+    }
     let path = Path::new(spec);
+    if path.is_dir() && super::checkpoint::is_checkpoint_folder(path) {
+        return Ok(safetensors_card(
+            &path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "checkpoint".into()),
+            spec,
+            Source::Local { path: path.to_path_buf() },
+        ));
+    }
     let looks_like_path = spec.contains('/') || spec.ends_with(".gguf") || spec.ends_with(".toml");
     if !looks_like_path || !path.exists() {
         if looks_like_path && !path.exists() {
@@ -214,6 +240,45 @@ pub fn resolve_spec(spec: &str) -> Result<ModelCard, ModelError> {
     })
 }
 
+/// A card for a checkpoint known only by its source.
+fn safetensors_card(id: &str, name: &str, source: Source) -> ModelCard {
+    ModelCard {
+        id: id.to_string(),
+        name: name.to_string(),
+        architecture: String::new(),
+        format: "safetensors".into(),
+        license: None,
+        context_length: 0,
+        prompt_format: PromptFormat::Chat,
+        stop: Vec::new(),
+        files: Vec::new(),
+        sources: vec![source],
+    }
+}
+
+/// The card of `hf://ORG/REPO[@REVISION]` (`rest` is what follows `hf://`).
+fn hub_card(spec: &str, rest: &str) -> Result<ModelCard, ModelError> {
+    let (repo, revision) = match rest.split_once('@') {
+        Some((r, rev)) => (r, Some(rev)),
+        None => (rest, None),
+    };
+    let valid = |s: &str| {
+        !s.is_empty() && !s.starts_with('.') && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+    };
+    let parts: Vec<&str> = repo.split('/').collect();
+    if parts.len() != 2 || !parts.iter().all(|p| valid(p)) || revision.is_some_and(|r| !valid(r)) {
+        return Err(ModelError::Card {
+            origin: spec.to_string(),
+            message: "expected hf://ORG/REPO or hf://ORG/REPO@REVISION".into(),
+        });
+    }
+    Ok(safetensors_card(
+        &format!("{}--{}", parts[0], parts[1]),
+        spec,
+        Source::Hub { repo: repo.to_string(), revision: revision.map(str::to_string) },
+    ))
+}
+
 /// Levenshtein distance, for "did you mean".
 fn strsim_distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
@@ -253,6 +318,15 @@ mod tests {
             let card = parse_card(text, name).unwrap();
             assert_eq!(format!("{}.toml", card.id), *name);
             assert!(card.files.iter().all(|f| f.sha256.as_ref().is_some_and(|s| s.len() == 64)));
+            if card.is_safetensors() {
+                // Pinned: a hub repository at a commit (files checked against their LFS sha256).
+                assert!(card
+                    .sources
+                    .iter()
+                    .any(|s| matches!(s, Source::Hub { revision: Some(r), .. } if r.len() == 40)));
+            } else {
+                assert!(!card.files.is_empty());
+            }
         }
         assert!(find(DEFAULT_MODEL).is_ok());
     }
@@ -265,6 +339,17 @@ mod tests {
         assert!(msg.contains("did you mean \"smollm2-135m-instruct\""), "{msg}");
         let far = find("zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz").unwrap_err().to_string();
         assert!(!far.contains("did you mean"), "{far}");
+    }
+
+    #[test]
+    fn hub_specs_parse() {
+        let card = resolve_spec("hf://Qwen/Qwen2.5-Coder-1.5B-Instruct@abc123").unwrap();
+        assert!(card.is_safetensors());
+        assert_eq!(card.id, "Qwen--Qwen2.5-Coder-1.5B-Instruct");
+        assert_eq!(card.sources[0].describe(), "hub Qwen/Qwen2.5-Coder-1.5B-Instruct@abc123");
+        for bad in ["hf://", "hf://Qwen", "hf://a/b/c", "hf://a/../b", "hf://a/b@"] {
+            assert!(resolve_spec(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

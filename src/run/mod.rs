@@ -86,7 +86,7 @@ pub fn load_session(cfg: &RunConfig, opts: &RunOptions) -> Result<Session, RunEr
     let dataset = data::load(&cfg.data_spec())?;
     let open = OpenOptions {
         device: cfg.device,
-        load: LoadOptions { weights: cfg.weights, engine: cfg.engine },
+        load: LoadOptions { weights: cfg.weights, engine: cfg.engine, dtype: cfg.dtype },
         fetch: opts.fetch.clone(),
     };
     let loaded = crate::model::open(&cfg.model, &open)?;

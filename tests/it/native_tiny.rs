@@ -114,7 +114,7 @@ fn resolved(path: &std::path::Path) -> ResolvedModel {
 }
 
 fn load(r: &ResolvedModel, engine: Engine, weights: WeightsPolicy) -> LoadedModel {
-    load_model(r, &Device::Cpu, &LoadOptions { weights, engine }).unwrap()
+    load_model(r, &Device::Cpu, &LoadOptions { weights, engine, ..Default::default() }).unwrap()
 }
 
 /// Largest |a − b| as a fraction of b's range.
@@ -191,9 +191,13 @@ fn unsupported_files_fall_back_to_candle_or_fail_clearly() {
     write_model(&path, "llama", GgmlDType::Q8_0);
     let r = resolved(&path);
     // Dequantized weights are candle's business.
-    let err = load_model(&r, &Device::Cpu, &LoadOptions { weights: WeightsPolicy::F32, engine: Engine::Native })
-        .err()
-        .expect("native with f32 weights must fail");
+    let err = load_model(
+        &r,
+        &Device::Cpu,
+        &LoadOptions { weights: WeightsPolicy::F32, engine: Engine::Native, ..Default::default() },
+    )
+    .err()
+    .expect("native with f32 weights must fail");
     assert!(err.to_string().contains("--engine candle"), "{err}");
     let m = load(&r, Engine::Auto, WeightsPolicy::F32);
     assert_eq!(m.info.engine, Engine::Candle.as_str());

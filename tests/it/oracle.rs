@@ -82,6 +82,7 @@ fn config(limit: Option<usize>, context_tokens: usize, max_new_tokens: usize) ->
         device: Default::default(),
         weights: Default::default(),
         engine: Default::default(),
+        dtype: Default::default(),
         threads: Some(1),
         shard: None,
     }
@@ -103,6 +104,9 @@ fn info(tokenizer: &Tokenizer) -> ModelInfo {
         device: "cpu".into(),
         weights: "none".into(),
         engine: "scripted".into(),
+        format: "gguf".into(),
+        dtype: String::new(),
+        files: Vec::new(),
     }
 }
 

@@ -31,6 +31,7 @@ fn config() -> RunConfig {
         device: Default::default(),
         weights: Default::default(),
         engine: Default::default(),
+        dtype: Default::default(),
         threads: None,
         shard: None,
     }

@@ -31,7 +31,8 @@ const GREEDY_TOKENS: usize = 10;
 const PROMPTS: usize = 2;
 
 fn load(resolved: &ResolvedModel, engine: Engine, weights: WeightsPolicy) -> LoadedModel {
-    let m = themisto::model::load(resolved, &Device::Cpu, &LoadOptions { weights, engine }).unwrap();
+    let m =
+        themisto::model::load(resolved, &Device::Cpu, &LoadOptions { weights, engine, ..Default::default() }).unwrap();
     assert_eq!(m.info.engine, engine.as_str());
     assert_eq!(m.info.engine, engine.to_string());
     m

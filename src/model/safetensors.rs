@@ -1,0 +1,305 @@
+//! The safetensors engine: Hugging Face checkpoints (`config.json` plus
+//! `model.safetensors` or its shards) through candle-transformers'
+//! full-precision models, on the CPU or CUDA, in f32, f16 or bf16.
+//!
+//! [`HfArch`] is the closed set of `model_type`s this build runs (the
+//! decoder-only families of candle-transformers that code models use);
+//! [`CheckpointFacts`] is what the loader reads from `config.json` and the
+//! safetensors headers before any weight; `build` makes the model, held by
+//! [`super::candle::CandleModel`] behind the same seam as GGUF models.
+//! candle's caches here can only be emptied, so prefix reuse is reported off
+//! through `kept_on_truncate`, as for candle's GGUF models.
+//!
+//! Llama checkpoints run on candle's mistral implementation (the same
+//! network, HF layout and rotary embedding), because candle's llama model
+//! cannot append several tokens to a non-empty cache.
+
+use super::candle::CacheStep;
+use super::ModelError;
+use candle_core::{DType, Device, Tensor};
+use candle_nn::VarBuilder;
+use candle_transformers::models::{gemma2, gemma3, mistral, phi3, qwen2, qwen3, starcoder2};
+use serde_json::Value as Json;
+use std::path::{Path, PathBuf};
+
+/// A decoder-only architecture of a safetensors checkpoint, by `model_type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HfArch {
+    Llama,
+    Mistral,
+    Qwen2,
+    Qwen3,
+    Starcoder2,
+    Phi3,
+    Gemma2,
+    /// Gemma 3 text models (`gemma3_text`).
+    Gemma3,
+}
+
+impl HfArch {
+    /// Every `model_type` this build runs.
+    pub const SUPPORTED: [&'static str; 8] =
+        ["llama", "mistral", "qwen2", "qwen3", "starcoder2", "phi3", "gemma2", "gemma3_text"];
+
+    /// The architecture of a `model_type`, if this build runs it.
+    pub fn parse(model_type: &str) -> Option<HfArch> {
+        Some(match model_type {
+            "llama" => HfArch::Llama,
+            "mistral" => HfArch::Mistral,
+            "qwen2" => HfArch::Qwen2,
+            "qwen3" => HfArch::Qwen3,
+            "starcoder2" => HfArch::Starcoder2,
+            "phi3" => HfArch::Phi3,
+            "gemma2" => HfArch::Gemma2,
+            "gemma3_text" => HfArch::Gemma3,
+            _ => return None,
+        })
+    }
+
+    /// The `model_type` name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HfArch::Llama => "llama",
+            HfArch::Mistral => "mistral",
+            HfArch::Qwen2 => "qwen2",
+            HfArch::Qwen3 => "qwen3",
+            HfArch::Starcoder2 => "starcoder2",
+            HfArch::Phi3 => "phi3",
+            HfArch::Gemma2 => "gemma2",
+            HfArch::Gemma3 => "gemma3_text",
+        }
+    }
+}
+
+/// What the loader knows about a checkpoint before reading any weight.
+#[derive(Debug, Clone)]
+pub struct CheckpointFacts {
+    pub arch: HfArch,
+    /// `config.json` as read (with defaults filled in for the engine).
+    pub config: Json,
+    /// `vocab_size` (the logits length).
+    pub vocab_rows: usize,
+    /// `max_position_embeddings`.
+    pub context_length: usize,
+    /// Elements of all tensors (from the safetensors headers).
+    pub parameters: u64,
+    /// The most common stored dtype by element count, e.g. `BF16`.
+    pub stored_dtype: String,
+    /// Whether the files hold an `lm_head.weight` (else it is tied to the embedding).
+    pub has_lm_head: bool,
+}
+
+fn config_error(path: &Path, message: impl Into<String>) -> ModelError {
+    ModelError::Card { origin: path.display().to_string(), message: message.into() }
+}
+
+impl CheckpointFacts {
+    /// Read `config.json` and the safetensors headers of `weights`.
+    pub fn read(config_path: &Path, weights: &[PathBuf]) -> Result<CheckpointFacts, ModelError> {
+        let text = std::fs::read_to_string(config_path)
+            .map_err(|_| ModelError::MissingFile { path: config_path.to_path_buf() })?;
+        let mut config: Json =
+            serde_json::from_str(&text).map_err(|e| config_error(config_path, format!("invalid JSON: {e}")))?;
+        let model_type = config
+            .get("model_type")
+            .and_then(Json::as_str)
+            .ok_or_else(|| config_error(config_path, "no string `model_type`"))?
+            .to_string();
+        let arch = HfArch::parse(&model_type).ok_or_else(|| ModelError::UnsupportedArch {
+            arch: model_type.clone(),
+            file: Some(config_path.to_path_buf()),
+            supported: HfArch::SUPPORTED.to_vec(),
+        })?;
+        adapt_config(arch, &mut config, config_path)?;
+        let usize_field = |name: &str| -> Result<usize, ModelError> {
+            config
+                .get(name)
+                .and_then(Json::as_u64)
+                .map(|v| v as usize)
+                .ok_or_else(|| config_error(config_path, format!("no integer `{name}`")))
+        };
+        let vocab_rows = usize_field("vocab_size")?;
+        let context_length = usize_field("max_position_embeddings")?;
+        if weights.is_empty() {
+            return Err(config_error(config_path, "the checkpoint has no safetensors weight file"));
+        }
+        let mut parameters = 0u64;
+        let mut by_dtype: std::collections::BTreeMap<String, u64> = Default::default();
+        let mut has_lm_head = false;
+        for w in weights {
+            // SAFETY: the file is mapped read-only; like every reader of model
+            // files, we assume nobody truncates it while it is open.
+            let st = unsafe { candle_core::safetensors::MmapedSafetensors::new(w) }
+                .map_err(|e| ModelError::Other(format!("{}: not a usable safetensors file: {e}", w.display())))?;
+            for (name, view) in st.tensors() {
+                let n = view.shape().iter().try_fold(1u64, |n, &d| n.checked_mul(d as u64)).unwrap_or(u64::MAX);
+                parameters = parameters.saturating_add(n);
+                let c = by_dtype.entry(format!("{:?}", view.dtype())).or_default();
+                *c = c.saturating_add(n);
+                has_lm_head |= name == "lm_head.weight";
+            }
+        }
+        let stored_dtype = by_dtype.into_iter().max_by_key(|(_, n)| *n).map(|(k, _)| k).unwrap_or_default();
+        Ok(CheckpointFacts { arch, config, vocab_rows, context_length, parameters, stored_dtype, has_lm_head })
+    }
+}
+
+/// Fill the defaults the engine's config types need and refuse settings the
+/// engine would silently ignore.
+fn adapt_config(arch: HfArch, config: &mut Json, path: &Path) -> Result<(), ModelError> {
+    let Some(obj) = config.as_object_mut() else {
+        return Err(config_error(path, "not a JSON object"));
+    };
+    let present = |obj: &serde_json::Map<String, Json>, k: &str| obj.get(k).is_some_and(|v| !v.is_null());
+    if matches!(arch, HfArch::Llama | HfArch::Mistral) {
+        if present(obj, "rope_scaling") {
+            return Err(config_error(
+                path,
+                format!(
+                    "`rope_scaling` {} is not supported for {} checkpoints by this engine",
+                    obj["rope_scaling"],
+                    arch.as_str()
+                ),
+            ));
+        }
+        for flag in ["attention_bias", "mlp_bias"] {
+            if obj.get(flag).and_then(Json::as_bool) == Some(true) {
+                return Err(config_error(path, format!("`{flag}: true` is not supported for {}", arch.as_str())));
+            }
+        }
+        if !present(obj, "num_key_value_heads") {
+            if let Some(h) = obj.get("num_attention_heads").cloned() {
+                obj.insert("num_key_value_heads".into(), h);
+            }
+        }
+        if !present(obj, "rope_theta") {
+            obj.insert("rope_theta".into(), Json::from(10_000.0));
+        }
+        if arch == HfArch::Llama {
+            obj.insert("sliding_window".into(), Json::Null);
+        }
+    }
+    Ok(())
+}
+
+/// A checkpoint's model in candle-transformers.
+pub(crate) enum HfWeights {
+    /// Llama and Mistral checkpoints.
+    Mistral(mistral::Model),
+    Qwen2(qwen2::ModelForCausalLM),
+    Qwen3(qwen3::ModelForCausalLM),
+    Starcoder2(starcoder2::Model),
+    Phi3(phi3::Model),
+    Gemma2(gemma2::Model),
+    Gemma3(gemma3::Model),
+}
+
+impl CacheStep for HfWeights {
+    fn step(&mut self, input: &Tensor, pos: usize) -> candle_core::Result<Tensor> {
+        let logits = match self {
+            HfWeights::Mistral(m) => m.forward(input, pos)?,
+            HfWeights::Qwen2(m) => m.forward(input, pos)?,
+            HfWeights::Qwen3(m) => m.forward(input, pos)?,
+            HfWeights::Starcoder2(m) => m.forward(input, pos)?,
+            HfWeights::Phi3(m) => m.forward(input, pos)?,
+            HfWeights::Gemma2(m) => m.forward(input, pos)?,
+            HfWeights::Gemma3(m) => m.forward(input, pos)?,
+        };
+        // (batch, 1, vocab) -> (batch, vocab)
+        let batch = input.dim(0)?;
+        logits.reshape((batch, ()))
+    }
+
+    fn reset(&mut self) {
+        match self {
+            HfWeights::Mistral(m) => m.clear_kv_cache(),
+            HfWeights::Qwen2(m) => m.clear_kv_cache(),
+            HfWeights::Qwen3(m) => m.clear_kv_cache(),
+            HfWeights::Starcoder2(m) => m.clear_kv_cache(),
+            HfWeights::Phi3(m) => m.clear_kv_cache(),
+            HfWeights::Gemma2(m) => m.clear_kv_cache(),
+            HfWeights::Gemma3(m) => m.clear_kv_cache(),
+        }
+    }
+
+    fn max_chunk(&self) -> usize {
+        match self {
+            // candle-transformers 0.11.1's gemma3 appends keys/values of
+            // several tokens to its full-attention cache without making them
+            // contiguous, which candle rejects: gemma3 reads prompts one token
+            // at a time (correct, slower).
+            HfWeights::Gemma3(_) => 1,
+            _ => 512,
+        }
+    }
+}
+
+fn parse_config<T: serde::de::DeserializeOwned>(facts: &CheckpointFacts, path: &Path) -> Result<T, ModelError> {
+    serde_json::from_value(facts.config.clone()).map_err(|e| {
+        config_error(path, format!("not a usable {} config for candle-transformers: {e}", facts.arch.as_str()))
+    })
+}
+
+/// Build the model from the checkpoint's weight files in `dtype` on `device`.
+pub(crate) fn build(
+    facts: &CheckpointFacts,
+    config_path: &Path,
+    weights: &[PathBuf],
+    dtype: DType,
+    device: &Device,
+) -> Result<HfWeights, ModelError> {
+    // SAFETY: as in `CheckpointFacts::read`: read-only maps of files we do not modify.
+    let vb = unsafe { VarBuilder::from_mmaped_safetensors(weights, dtype, device) }?;
+    let vb =
+        if facts.has_lm_head {
+            vb
+        } else {
+            // Tied output layer: read the embedding where a model asks for lm_head.
+            vb.rename_f(|name: &str| {
+                if name == "lm_head.weight" {
+                    "model.embed_tokens.weight".to_string()
+                } else {
+                    name.to_string()
+                }
+            })
+        };
+    let w = match facts.arch {
+        HfArch::Llama | HfArch::Mistral => {
+            HfWeights::Mistral(mistral::Model::new(&parse_config(facts, config_path)?, vb)?)
+        }
+        HfArch::Qwen2 => HfWeights::Qwen2(qwen2::ModelForCausalLM::new(&parse_config(facts, config_path)?, vb)?),
+        HfArch::Qwen3 => HfWeights::Qwen3(qwen3::ModelForCausalLM::new(&parse_config(facts, config_path)?, vb)?),
+        HfArch::Starcoder2 => HfWeights::Starcoder2(starcoder2::Model::new(&parse_config(facts, config_path)?, vb)?),
+        HfArch::Phi3 => HfWeights::Phi3(phi3::Model::new(&parse_config(facts, config_path)?, vb)?),
+        HfArch::Gemma2 => HfWeights::Gemma2(gemma2::Model::new(false, &parse_config(facts, config_path)?, vb)?),
+        HfArch::Gemma3 => HfWeights::Gemma3(gemma3::Model::new(false, &parse_config(facts, config_path)?, vb)?),
+    };
+    Ok(w)
+}
+
+/// The `eos_token_id`s of a `generation_config.json` (a number or a list).
+pub fn generation_eos_ids(path: &Path) -> Result<Vec<u32>, ModelError> {
+    let text = std::fs::read_to_string(path).map_err(|e| ModelError::Io { path: path.to_path_buf(), source: e })?;
+    let json: Json = serde_json::from_str(&text).map_err(|e| config_error(path, format!("invalid JSON: {e}")))?;
+    let ids = match json.get("eos_token_id") {
+        None | Some(Json::Null) => Vec::new(),
+        Some(Json::Array(items)) => items.iter().filter_map(Json::as_u64).map(|v| v as u32).collect(),
+        Some(v) => {
+            v.as_u64().map(|v| vec![v as u32]).ok_or_else(|| config_error(path, "`eos_token_id` is not an id"))?
+        }
+    };
+    Ok(ids)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::HfArch;
+
+    #[test]
+    fn names_round_trip() {
+        for name in HfArch::SUPPORTED {
+            assert_eq!(HfArch::parse(name).unwrap().as_str(), name);
+        }
+        assert!(HfArch::parse("mamba").is_none());
+    }
+}
