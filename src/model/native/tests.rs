@@ -216,8 +216,8 @@ fn kquant_activations_round_to_the_nearest_step_and_sum_per_16() {
         let blk = &x[256 * b..256 * b + 256];
         let amax = blk.iter().fold(0f32, |m, v| m.max(v.abs()));
         assert_eq!(a.d[b], amax / 127.0);
-        for l in 0..256 {
-            let err = (a.qs[256 * b + l] as f32 * a.d[b] - blk[l]).abs();
+        for (l, &v) in blk.iter().enumerate() {
+            let err = (a.qs[256 * b + l] as f32 * a.d[b] - v).abs();
             assert!(err <= a.d[b] * 0.5 + 1e-6, "super-block {b} value {l}: error {err}");
         }
     }
@@ -264,9 +264,8 @@ fn simd_kquant_kernels_match_scalar_kernels() {
         let mut o1 = [[0f32; 1]; 3];
         unsafe { dot_avx2::dot_k_rows::<1>(q, &bytes, &[a.row(2)], &mut o1) };
         for r in 0..3 {
-            for t in 0..4 {
+            for (t, &got) in o4[r].iter().enumerate() {
                 let want = dot_scalar::dot_k(q, m.row(r), a.row(t));
-                let got = o4[r][t];
                 assert!(
                     (got - want).abs() <= 1e-4 * want.abs().max(1.0),
                     "{} row {r} token {t}: {got} vs {want}",
@@ -274,6 +273,9 @@ fn simd_kquant_kernels_match_scalar_kernels() {
                 );
             }
             assert_eq!(o1[r][0], o4[r][2], "{}: one token and four tokens agree", q.name());
+        }
+    }
+}
 
 /// Batched decoding rests on this: a row of a multi-token product is
 /// bit-identical to the same row computed alone, for every weight type,
