@@ -7,8 +7,10 @@
 //! activations by `vpmaddubsw` (no overflow: |q| ≤ 63 or the sign trick for
 //! Q8_0), widened to 8 × i32 by `vpmaddwd`, converted to f32 and accumulated
 //! with the product of the block scales. Minimums and offsets are applied once
-//! per block through the activation block sums (`d·Σq`). Only the order of the
-//! float sums differs from [`super::dot_scalar`].
+//! per block through the activation block sums (`d·Σq`). The k-quant types
+//! (Q4_K, Q5_K, Q6_K) meet Q8_K activations instead ([`dot_k_rows`]): integer
+//! sums over a whole super-block, one conversion per 256 values. Only the
+//! order of the float sums differs from [`super::dot_scalar`].
 //!
 //! Every function here requires AVX2, FMA and F16C; callers check
 //! [`available`] first.
@@ -26,11 +28,11 @@ use std::arch::x86_64::{
     _mm256_loadu_si256, _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_or_si256, _mm256_set1_epi16, _mm256_set1_epi32,
     _mm256_set1_epi64x, _mm256_set1_epi8, _mm256_set1_ps, _mm256_set_epi32, _mm256_set_epi64x, _mm256_set_m128i,
     _mm256_setzero_ps, _mm256_shuffle_epi8, _mm256_sign_epi8, _mm256_slli_epi16, _mm256_srl_epi16, _mm256_srli_epi16,
-    _mm256_srlv_epi32, _mm256_sub_epi16, _mm256_sub_epi8, _mm_add_ps, _mm_add_ss, _mm_cvtph_ps, _mm_cvtsi32_si128,
-    _mm_cvtss_f32, _mm_loadu_si128, _mm_movehdup_ps, _mm_movehl_ps, _mm_set1_epi16,
+    _mm256_srlv_epi32, _mm256_sub_epi8, _mm_add_ps, _mm_add_ss, _mm_cvtph_ps, _mm_cvtsi32_si128, _mm_cvtss_f32,
+    _mm_loadu_si128, _mm_movehdup_ps, _mm_movehl_ps, _mm_set1_epi16,
 };
 
-use super::quant::{k4_scale_min, ActRow, KActRow, QType, QK, QK_K};
+use super::quant::{ActRow, KActRow, QType, QK, QK_K};
 
 /// True when this CPU has AVX2, FMA and F16C.
 pub fn available() -> bool {
@@ -73,9 +75,7 @@ pub unsafe fn dot_q_rows<const N: usize>(t: QType, w: &[u8], a: &[ActRow<'_>; N]
         QType::Q5_0 => rows_b32::<T_Q5_0, N>(w, rb, a, out),
         QType::Q5_1 => rows_b32::<T_Q5_1, N>(w, rb, a, out),
         QType::Q8_0 => rows_q8_0::<N>(w, rb, a, out),
-        QType::Q4K => rows_k45::<true, N>(w, rb, a, out),
-        QType::Q5K => rows_k45::<false, N>(w, rb, a, out),
-        QType::Q6K => rows_q6k::<N>(w, rb, a, out),
+        QType::Q4K | QType::Q5K | QType::Q6K => panic!("k-quant weights use dot_k_rows"),
         QType::F32 | QType::F16 => panic!("float weights use dot_f"),
     }
 }
@@ -93,23 +93,6 @@ unsafe fn rows_b32<const T: u8, const N: usize>(w: &[u8], rb: usize, a: &[ActRow
 unsafe fn rows_q8_0<const N: usize>(w: &[u8], rb: usize, a: &[ActRow<'_>; N], out: &mut [[f32; N]]) {
     for (r, o) in out.iter_mut().enumerate() {
         q8_0::<N>(w.get_unchecked(r * rb..(r + 1) * rb), a, o);
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn rows_k45<const Q4: bool, const N: usize>(w: &[u8], rb: usize, a: &[ActRow<'_>; N], out: &mut [[f32; N]]) {
-    let t = if Q4 { QType::Q4K } else { QType::Q5K };
-    for (r, o) in out.iter_mut().enumerate() {
-        k45::<N>(t, w.get_unchecked(r * rb..(r + 1) * rb), a, o);
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn rows_q6k<const N: usize>(w: &[u8], rb: usize, a: &[ActRow<'_>; N], out: &mut [[f32; N]]) {
-    for (r, o) in out.iter_mut().enumerate() {
-        q6k::<N>(w.get_unchecked(r * rb..(r + 1) * rb), a, o);
     }
 }
 
@@ -259,98 +242,6 @@ unsafe fn q8_0_step<const N: usize>(w: &[u8], a: &[ActRow<'_>; N], b: usize, acc
         let av = _mm256_sign_epi8(load_act(r, b), q);
         let s = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(qabs, av), _mm256_set1_epi16(1)));
         acc[i] = _mm256_fmadd_ps(s, _mm256_set1_ps(d * *r.d.get_unchecked(b)), acc[i]);
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-unsafe fn k45<const N: usize>(t: QType, w: &[u8], a: &[ActRow<'_>; N], out: &mut [f32; N]) {
-    let bb = t.block_bytes();
-    let nsb = w.len() / bb;
-    let qs_off = if t == QType::Q4K { 16 } else { 48 };
-    let mut acc = [_mm256_setzero_ps(); N];
-    let mut corr = [0f32; N];
-    let low = _mm256_set1_epi8(0x0f);
-    let sixteen = _mm256_set1_epi8(0x10);
-    for sb in 0..nsb {
-        let blk = w.get_unchecked(bb * sb..bb * sb + bb);
-        let p = blk.as_ptr();
-        let d = f16_at(p);
-        let dmin = f16_at(p.add(2));
-        let mut sc = [0f32; 8];
-        let mut mn = [0f32; 8];
-        for j in 0..8 {
-            let (s, m) = k4_scale_min(j, blk.get_unchecked(4..16));
-            sc[j] = d * s as f32;
-            mn[j] = dmin * m as f32;
-        }
-        let qh = _mm256_loadu_si256(p.add(16) as *const __m256i);
-        for c in 0..4 {
-            let x = _mm256_loadu_si256(p.add(qs_off + 32 * c) as *const __m256i);
-            let mut lo = _mm256_and_si256(x, low);
-            let mut hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), low);
-            if t == QType::Q5K {
-                let b0 = _mm256_set1_epi8((1u8 << (2 * c)) as i8);
-                let b1 = _mm256_set1_epi8((2u8 << (2 * c)) as i8);
-                lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, b0), b0), sixteen));
-                hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, b1), b1), sixteen));
-            }
-            let b = 8 * sb + 2 * c;
-            for i in 0..N {
-                let r = &a[i];
-                let (d0, d1) = (*r.d.get_unchecked(b), *r.d.get_unchecked(b + 1));
-                acc[i] = _mm256_fmadd_ps(udot(lo, load_act(r, b)), _mm256_set1_ps(sc[2 * c] * d0), acc[i]);
-                acc[i] = _mm256_fmadd_ps(udot(hi, load_act(r, b + 1)), _mm256_set1_ps(sc[2 * c + 1] * d1), acc[i]);
-                corr[i] += mn[2 * c] * *r.s.get_unchecked(b) + mn[2 * c + 1] * *r.s.get_unchecked(b + 1);
-            }
-        }
-    }
-    for i in 0..N {
-        out[i] = hsum(acc[i]) - corr[i];
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-unsafe fn q6k<const N: usize>(w: &[u8], a: &[ActRow<'_>; N], out: &mut [f32; N]) {
-    let nsb = w.len() / 210;
-    let mut acc = [_mm256_setzero_ps(); N];
-    let low = _mm256_set1_epi8(0x0f);
-    let three = _mm256_set1_epi8(0x03);
-    let c32 = _mm256_set1_epi8(32);
-    for sb in 0..nsb {
-        let p = w.as_ptr().add(210 * sb);
-        let d = f16_at(p.add(208));
-        let scales = p.add(192) as *const i8;
-        for n in 0..2 {
-            let l0 = _mm256_loadu_si256(p.add(64 * n) as *const __m256i);
-            let l1 = _mm256_loadu_si256(p.add(64 * n + 32) as *const __m256i);
-            let h = _mm256_loadu_si256(p.add(128 + 32 * n) as *const __m256i);
-            for k in 0..4 {
-                // Values 32k..32k+32 of this half: low or high nibbles of
-                // l0 or l1, two high bits from h.
-                let l = if k & 1 == 0 { l0 } else { l1 };
-                let nib = if k < 2 { l } else { _mm256_srli_epi16(l, 4) };
-                let hb = _mm256_and_si256(_mm256_srl_epi16(h, _mm_cvtsi32_si128(2 * k as i32)), three);
-                let q = _mm256_or_si256(_mm256_and_si256(nib, low), _mm256_slli_epi16(hb, 4));
-                let s0 = *scales.add(8 * n + 2 * k) as i16;
-                let s1 = *scales.add(8 * n + 2 * k + 1) as i16;
-                let scv = _mm256_set_m128i(_mm_set1_epi16(s1), _mm_set1_epi16(s0));
-                let b = 8 * sb + 4 * n + k;
-                for i in 0..N {
-                    let r = &a[i];
-                    let av = load_act(r, b);
-                    let p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(q, av), _mm256_maddubs_epi16(c32, av));
-                    let s = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, scv));
-                    acc[i] = _mm256_fmadd_ps(s, _mm256_set1_ps(d * *r.d.get_unchecked(b)), acc[i]);
-                }
-            }
-        }
-    }
-    for i in 0..N {
-        out[i] = hsum(acc[i]);
     }
 }
 

@@ -2,7 +2,8 @@
 //! reference the SIMD kernels are tested against, and the fallback on CPUs
 //! without AVX2/FMA/F16C.
 //!
-//! Quantized weights meet 8-bit activations ([`ActRow`]): integer sums per
+//! Quantized weights meet 8-bit activations ([`ActRow`] in blocks of 32;
+//! [`KActRow`] in super-blocks of 256 for the k-quant types): integer sums per
 //! block, then one float multiply-add per block with the two scales, exactly
 //! the structure of the AVX2 kernels (only the float summation order differs).
 //! Float weights (F32, F16) meet the f32 activations.
@@ -25,8 +26,7 @@ pub fn dot_q(t: QType, w: &[u8], a: ActRow<'_>) -> f32 {
             }
             acc
         }
-        QType::Q4K | QType::Q5K => dot_k45(t, w, a),
-        QType::Q6K => dot_q6k(w, a),
+        QType::Q4K | QType::Q5K | QType::Q6K => panic!("k-quant weights use dot_k"),
         QType::F32 | QType::F16 => panic!("float weights use dot_f"),
     }
 }
@@ -55,60 +55,6 @@ fn dot_b32(t: QType, w: &[u8], a: ActRow<'_>) -> f32 {
         corr += m * a.s[b];
     }
     acc + corr
-}
-
-/// Q4_K and Q5_K: per 32-value sub-block, value = d·sc·q − dmin·m.
-fn dot_k45(t: QType, w: &[u8], a: ActRow<'_>) -> f32 {
-    let mut acc = 0f32;
-    let mut corr = 0f32;
-    let qs_off = if t == QType::Q4K { 16 } else { 48 };
-    for (sb, blk) in w.chunks_exact(t.block_bytes()).enumerate() {
-        let d = read_f16(blk, 0);
-        let dmin = read_f16(blk, 2);
-        for j in 0..8 {
-            let (sc, m) = k4_scale_min(j, &blk[4..16]);
-            let qs = &blk[qs_off + 32 * (j / 2)..qs_off + 32 * (j / 2) + 32];
-            let b = 8 * sb + j;
-            let qa = &a.qs[QK * b..QK * b + QK];
-            let mut sumi = 0i32;
-            for l in 0..QK {
-                let nib = if j % 2 == 0 { qs[l] & 0x0f } else { qs[l] >> 4 } as i32;
-                let hi = if t == QType::Q5K { (((blk[16 + l] >> j) & 1) as i32) << 4 } else { 0 };
-                sumi += (nib | hi) * qa[l] as i32;
-            }
-            acc += d * sc as f32 * a.d[b] * sumi as f32;
-            corr += dmin * m as f32 * a.s[b];
-        }
-    }
-    acc - corr
-}
-
-/// Q6_K: per 16 values, value = d·sc·(q − 32) with a signed 8-bit sc.
-fn dot_q6k(w: &[u8], a: ActRow<'_>) -> f32 {
-    let mut acc = 0f32;
-    for (sb, blk) in w.chunks_exact(QType::Q6K.block_bytes()).enumerate() {
-        let d = read_f16(blk, 208);
-        for j in 0..8 {
-            let (n, k) = (j / 4, j % 4);
-            let ql = &blk[64 * n + 32 * (k & 1)..];
-            let qh = &blk[128 + 32 * n..];
-            let b = 8 * sb + j;
-            let qa = &a.qs[QK * b..QK * b + QK];
-            let mut isum = 0i32;
-            for half in 0..2 {
-                let sc = blk[192 + 8 * n + 2 * k + half] as i8 as i32;
-                let mut s = 0i32;
-                for l in 16 * half..16 * half + 16 {
-                    let nib = if k >= 2 { ql[l] >> 4 } else { ql[l] & 0x0f };
-                    let q = (nib | (((qh[l] >> (2 * k)) & 3) << 4)) as i32 - 32;
-                    s += q * qa[l] as i32;
-                }
-                isum += sc * s;
-            }
-            acc += d * a.d[b] * isum as f32;
-        }
-    }
-    acc
 }
 
 /// Σ w·x for a row of k-quant weights and one Q8_K activation row: each

@@ -94,7 +94,7 @@ fn scalar_dot_equals_the_dot_of_dequantized_values() {
     // The integer block sums are exact, so the only difference from the f32
     // dot of dequantized weights and dequantized activations is float rounding.
     let cols = 768;
-    for (dt, q) in TYPES.iter().copied().filter(|(_, q)| !q.is_float()) {
+    for (dt, q) in TYPES.iter().copied().filter(|(_, q)| !q.is_float() && !q.is_kquant()) {
         let (m, w) = quantized(dt, q, 2, cols, 5);
         let x = values(cols, 9, 1.0);
         let a = QActs::quantize(&x, cols);
@@ -116,7 +116,8 @@ fn simd_kernels_match_scalar_kernels() {
         return;
     }
     let cols = 1024;
-    for (dt, q) in TYPES {
+    // The k-quant kernels: `simd_kquant_kernels_match_scalar_kernels`.
+    for (dt, q) in TYPES.iter().copied().filter(|(_, q)| !q.is_kquant()) {
         let (m, _) = quantized(dt, q, 3, cols, 21);
         let x = values(4 * cols, 4, 1.5);
         let a = QActs::quantize(&x, cols);
@@ -186,12 +187,17 @@ fn quantized_product_error_is_small_relative_to_the_f32_product() {
     let cols = 1536;
     let x = values(cols, 77, 1.0);
     let a = QActs::quantize(&x, cols);
+    let ka = KActs::quantize(&x, cols);
     for (dt, q) in TYPES.iter().copied().filter(|(_, q)| !q.is_float()) {
         let (m, w) = quantized(dt, q, 4, cols, 6);
         for r in 0..4 {
             let exact: f64 = (0..cols).map(|i| w[r * cols + i] as f64 * x[i] as f64).sum();
             let mag: f64 = (0..cols).map(|i| (w[r * cols + i] as f64 * x[i] as f64).abs()).sum();
-            let got = dot_scalar::dot_q(q, m.row(r), a.row(0)) as f64;
+            let got = if q.is_kquant() {
+                dot_scalar::dot_k(q, m.row(r), ka.row(0))
+            } else {
+                dot_scalar::dot_q(q, m.row(r), a.row(0))
+            } as f64;
             assert!((got - exact).abs() < 0.005 * mag, "{}: {got} vs {exact} (Σ|wx| {mag})", q.name());
         }
     }
