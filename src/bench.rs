@@ -16,9 +16,13 @@ pub struct BenchConfig {
     pub prompt_tokens: usize,
     pub gen_tokens: usize,
     pub repeats: usize,
+    /// Sequences decoded together after the prompt (each continues the
+    /// same prompt, copied into its own cache).
+    pub batch: usize,
 }
 
-/// Speeds of each repeat, tokens per second.
+/// Speeds of each repeat, tokens per second (generation: all sequences
+/// of the batch together).
 #[derive(Debug, Clone, Serialize)]
 pub struct BenchResult {
     pub prompt_tokens_per_s: Vec<f64>,
@@ -78,18 +82,26 @@ pub fn bench(
         )));
     }
     let prompt = prompt_ids(tokenizer, cfg.prompt_tokens)?;
+    let batch = cfg.batch.max(1);
+    model.set_slots(batch)?;
     let mut res = BenchResult { prompt_tokens_per_s: Vec::new(), gen_tokens_per_s: Vec::new() };
     for _ in 0..cfg.repeats {
         model.truncate(0)?;
         let t = Instant::now();
-        let mut logits = model.forward(&prompt)?;
+        let first = model.forward(&prompt)?;
         res.prompt_tokens_per_s.push(prompt.len() as f64 / t.elapsed().as_secs_f64());
+        for slot in 1..batch {
+            model.copy_prefix(0, slot, prompt.len())?;
+        }
+        let mut logits = vec![first; batch];
         let t = Instant::now();
         for _ in 0..cfg.gen_tokens {
-            let next = argmax(&logits);
-            logits = model.forward(&[next])?;
+            let next: Vec<[u32; 1]> = logits.iter().map(|l| [argmax(l)]).collect();
+            let items: Vec<(usize, &[u32])> = next.iter().enumerate().map(|(i, t)| (i, &t[..])).collect();
+            logits = model.forward_slots(&items)?;
         }
-        res.gen_tokens_per_s.push(cfg.gen_tokens as f64 / t.elapsed().as_secs_f64());
+        res.gen_tokens_per_s.push((batch * cfg.gen_tokens) as f64 / t.elapsed().as_secs_f64());
     }
+    model.set_slots(1)?;
     Ok(res)
 }

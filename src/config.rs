@@ -93,6 +93,10 @@ pub struct RunConfig {
     /// Worker threads for the CPU backend (not part of what is compared on resume).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub threads: Option<usize>,
+    /// Samples decoded together (`--batch`; `None`: the engine's default).
+    /// Predictions do not depend on it, so it is not compared on resume.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub batch: Option<usize>,
     /// This run is one shard of the selection (`--shard I/N`); `themisto
     /// merge` joins the shards into the unsharded run.
     #[serde(skip_serializing_if = "Option::is_none", default)]
@@ -117,17 +121,22 @@ impl RunConfig {
         if self.threads == Some(0) {
             return Err(ConfigError("--threads must be at least 1".into()));
         }
+        if self.batch == Some(0) {
+            return Err(ConfigError("--batch must be at least 1".into()));
+        }
         if self.tasks.is_empty() || self.runtime.is_empty() {
             return Err(ConfigError("a run needs at least one task and one runtime variant".into()));
         }
         Ok(())
     }
 
-    /// The settings that decide predictions and scores (threads excluded).
+    /// The settings that decide predictions and scores (threads and batch
+    /// excluded).
     pub fn identity(&self) -> serde_json::Value {
         let mut v = serde_json::to_value(self).expect("config serializes");
         if let Some(o) = v.as_object_mut() {
             o.remove("threads");
+            o.remove("batch");
         }
         v
     }
@@ -223,7 +232,7 @@ impl SweepConfig {
         cfg
     }
 
-    /// What must match to continue a sweep folder (threads excluded).
+    /// What must match to continue a sweep folder (threads and batch excluded).
     pub fn identity(&self) -> serde_json::Value {
         let mut v = serde_json::to_value(self).expect("config serializes");
         if let Some(run) = v.get_mut("run") {

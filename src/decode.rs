@@ -78,13 +78,8 @@ pub fn find_stop(text: &str, stops: &[String]) -> Option<usize> {
     stops.iter().filter(|s| !s.is_empty()).filter_map(|s| text.find(s.as_str())).min()
 }
 
-/// Generate greedily from `prompt`.
-pub fn generate(
-    model: &mut dyn LanguageModel,
-    tokenizer: &Tokenizer,
-    prompt: &[u32],
-    cfg: &GenerateConfig,
-) -> Result<Generation, ModelError> {
+/// The window a prompt decodes in; an error when the prompt leaves no room.
+pub fn window_for(model: &dyn LanguageModel, prompt: &[u32], cfg: &GenerateConfig) -> Result<usize, ModelError> {
     if prompt.is_empty() {
         return Err(ModelError::Other("empty prompt".into()));
     }
@@ -95,48 +90,115 @@ pub fn generate(
             prompt.len()
         )));
     }
-    // Reuse the longest shared prefix, but always feed at least one token.
-    let shared = model.cached_tokens().iter().zip(prompt).take_while(|(a, b)| a == b).count().min(prompt.len() - 1);
-    let reused = model.kept_on_truncate(shared);
-    model.truncate(shared)?;
-    let t0 = Instant::now();
-    let mut logits = model.forward(&prompt[shared..])?;
-    let prefill_s = t0.elapsed().as_secs_f64();
+    Ok(window)
+}
 
-    let t1 = Instant::now();
-    let mut ids: Vec<u32> = Vec::new();
-    let mut text = String::new();
-    let finish = loop {
-        if ids.len() >= cfg.max_new_tokens {
-            break FinishReason::Length;
+/// Length of the common prefix of two token lists.
+pub fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// A prompt read into slot `slot`: the longest prefix it shares with the
+/// cache of `donor` (another slot, or the same) is kept, the rest is fed.
+/// Returns the logits after the prompt and how many prompt tokens were
+/// reused.
+pub fn prefill(
+    model: &mut dyn LanguageModel,
+    slot: usize,
+    donor: usize,
+    prompt: &[u32],
+) -> Result<(Vec<f32>, usize), ModelError> {
+    // Reuse the longest shared prefix, but always feed at least one token.
+    let shared = common_prefix(model.slot_tokens(donor), prompt).min(prompt.len() - 1);
+    let reused = if donor == slot { model.kept_on_truncate(shared) } else { shared };
+    model.copy_prefix(donor, slot, shared)?;
+    let mut logits = model.forward_slots(&[(slot, &prompt[shared..])])?;
+    Ok((logits.pop().expect("one slot, one result"), reused))
+}
+
+/// One sequence being decoded: the tokens chosen so far and their text.
+pub struct Decoding<'a> {
+    cfg: GenerateConfig,
+    tokenizer: &'a Tokenizer,
+    prompt_tokens: usize,
+    window: usize,
+    ids: Vec<u32>,
+    text: String,
+}
+
+/// What a sequence does after [`Decoding::advance`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Feed this token and advance again with the logits that follow.
+    Feed(u32),
+    /// Finished.
+    Done(FinishReason),
+}
+
+impl<'a> Decoding<'a> {
+    pub fn new(cfg: GenerateConfig, tokenizer: &'a Tokenizer, prompt_tokens: usize, window: usize) -> Self {
+        Decoding { cfg, tokenizer, prompt_tokens, window, ids: Vec::new(), text: String::new() }
+    }
+
+    /// Choose the next token from the logits after the last fed one.
+    pub fn advance(&mut self, logits: &[f32]) -> Result<Step, ModelError> {
+        let cfg = &self.cfg;
+        if self.ids.len() >= cfg.max_new_tokens {
+            return Ok(Step::Done(FinishReason::Length));
         }
-        let next = argmax(&logits);
+        let next = argmax(logits);
         if cfg.eos_ids.contains(&next) {
-            break FinishReason::Eos;
+            return Ok(Step::Done(FinishReason::Eos));
         }
-        ids.push(next);
-        text = tokenizer.decode(&ids)?;
-        if let Some(pos) = find_stop(&text, &cfg.stop) {
-            text.truncate(pos);
-            break FinishReason::Stop;
+        self.ids.push(next);
+        self.text = self.tokenizer.decode(&self.ids)?;
+        if let Some(pos) = find_stop(&self.text, &cfg.stop) {
+            self.text.truncate(pos);
+            return Ok(Step::Done(FinishReason::Stop));
         }
-        if prompt.len() + ids.len() >= window {
-            break FinishReason::Context;
+        if self.prompt_tokens + self.ids.len() >= self.window {
+            return Ok(Step::Done(FinishReason::Context));
         }
-        if ids.len() >= cfg.max_new_tokens {
-            break FinishReason::Length;
+        if self.ids.len() >= cfg.max_new_tokens {
+            return Ok(Step::Done(FinishReason::Length));
         }
-        logits = model.forward(&[next])?;
+        Ok(Step::Feed(next))
+    }
+
+    /// The result, once finished.
+    pub fn finish(self, finish: FinishReason, reused_tokens: usize, prefill_s: f64, decode_s: f64) -> Generation {
+        Generation {
+            text: self.text,
+            finish,
+            prompt_tokens: self.prompt_tokens,
+            generated_tokens: self.ids.len(),
+            reused_tokens,
+            prefill_s,
+            decode_s,
+        }
+    }
+}
+
+/// Generate greedily from `prompt` (one sequence, in slot 0).
+pub fn generate(
+    model: &mut dyn LanguageModel,
+    tokenizer: &Tokenizer,
+    prompt: &[u32],
+    cfg: &GenerateConfig,
+) -> Result<Generation, ModelError> {
+    let window = window_for(model, prompt, cfg)?;
+    let t0 = Instant::now();
+    let (mut logits, reused) = prefill(model, 0, 0, prompt)?;
+    let prefill_s = t0.elapsed().as_secs_f64();
+    let t1 = Instant::now();
+    let mut dec = Decoding::new(cfg.clone(), tokenizer, prompt.len(), window);
+    let finish = loop {
+        match dec.advance(&logits)? {
+            Step::Done(f) => break f,
+            Step::Feed(next) => logits = model.forward(&[next])?,
+        }
     };
-    Ok(Generation {
-        text,
-        finish,
-        prompt_tokens: prompt.len(),
-        generated_tokens: ids.len(),
-        reused_tokens: reused,
-        prefill_s,
-        decode_s: t1.elapsed().as_secs_f64(),
-    })
+    Ok(dec.finish(finish, reused, prefill_s, t1.elapsed().as_secs_f64()))
 }
 
 #[cfg(test)]

@@ -37,6 +37,9 @@ pub struct BenchArgs {
     /// CPU threads.
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Sequences generated together after the prompt (generation speed counts all of them; engines that hold one sequence accept only 1).
+    #[arg(long, default_value_t = 1)]
+    pub batch: usize,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
@@ -52,8 +55,12 @@ pub fn execute(args: BenchArgs) -> anyhow::Result<()> {
     let t = std::time::Instant::now();
     let mut loaded = crate::model::open(&args.model, &opts)?;
     let load_s = t.elapsed().as_secs_f64();
-    let cfg =
-        BenchConfig { prompt_tokens: args.prompt_tokens, gen_tokens: args.gen_tokens, repeats: args.repeats.max(1) };
+    let cfg = BenchConfig {
+        prompt_tokens: args.prompt_tokens,
+        gen_tokens: args.gen_tokens,
+        repeats: args.repeats.max(1),
+        batch: args.batch.max(1),
+    };
     let r = bench::bench(loaded.model.as_mut(), &loaded.tokenizer, &cfg)?;
     let threads = candle_core::utils::get_num_threads();
     if args.json {
@@ -75,10 +82,11 @@ pub fn execute(args: BenchArgs) -> anyhow::Result<()> {
             cfg.prompt_tokens
         );
         println!(
-            "generate  {:.1} tokens/s (median of {}; {} tokens)",
+            "generate  {:.1} tokens/s (median of {}; {} tokens{})",
             median(&r.gen_tokens_per_s),
             cfg.repeats,
-            cfg.gen_tokens
+            cfg.gen_tokens,
+            if cfg.batch > 1 { format!(" × {} sequences", cfg.batch) } else { String::new() }
         );
     }
     Ok(())

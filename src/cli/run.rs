@@ -143,6 +143,9 @@ pub struct RunArgs {
     /// CPU threads (default: all cores; RAYON_NUM_THREADS also works).
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
+    /// Samples decoded together, with continuous batching (default: 4 on the native engine, 1 on engines that hold one sequence); predictions do not depend on it.
+    #[arg(long, value_name = "N")]
+    pub batch: Option<usize>,
     /// Also compute chrF++ (word order 2) alongside chrF.
     #[arg(long)]
     pub chrf_plus: bool,
@@ -202,6 +205,7 @@ impl CommonArgs {
             engine: Default::default(),
             dtype: Default::default(),
             threads: None,
+            batch: None,
             shard: None,
         }
     }
@@ -218,6 +222,7 @@ impl RunArgs {
             engine: self.engine,
             dtype: self.dtype,
             threads: self.threads,
+            batch: self.batch,
             shard: self.shard,
             ..c.run_config()
         };

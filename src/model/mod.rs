@@ -60,6 +60,50 @@ pub trait LanguageModel {
     fn kept_on_truncate(&self, len: usize) -> usize {
         len
     }
+
+    // Several sequences at once (batched decoding). A model holds `slots`
+    // sequences, each with its own cache; slot 0 is the one the methods
+    // above use. Engines with one cache keep these defaults (one slot).
+
+    /// The most sequences this engine can hold at once (1: no batching).
+    fn max_slots(&self) -> usize {
+        1
+    }
+    /// Hold `n` sequences (`1..=max_slots()`); caches of new slots start empty.
+    fn set_slots(&mut self, n: usize) -> Result<(), ModelError> {
+        if n == 1 {
+            Ok(())
+        } else {
+            Err(ModelError::Other(format!("this engine holds one sequence at a time, not {n}")))
+        }
+    }
+    /// The sequences held now (see [`LanguageModel::set_slots`]).
+    fn slot_count(&self) -> usize {
+        1
+    }
+    /// The tokens in slot `slot`'s cache.
+    fn slot_tokens(&self, slot: usize) -> &[u32] {
+        assert_eq!(slot, 0, "one slot");
+        self.cached_tokens()
+    }
+    /// Make slot `to` hold the first `len` cached positions of slot `from`
+    /// (`from == to` is a truncation).
+    fn copy_prefix(&mut self, from: usize, to: usize, len: usize) -> Result<(), ModelError> {
+        assert!(from == 0 && to == 0, "one slot");
+        self.truncate(len)
+    }
+    /// Feed each `(slot, tokens)` after that slot's cache, all in one pass
+    /// (distinct slots); return each one's next-token logits, in order. The
+    /// logits equal what feeding each slot alone gives.
+    fn forward_slots(&mut self, items: &[(usize, &[u32])]) -> Result<Vec<Vec<f32>>, ModelError> {
+        items
+            .iter()
+            .map(|&(slot, tokens)| {
+                assert_eq!(slot, 0, "one slot");
+                self.forward(tokens)
+            })
+            .collect()
+    }
 }
 
 /// A boxed model is a model (the runner holds engines as `Box<dyn LanguageModel>`).
@@ -84,6 +128,24 @@ impl<M: LanguageModel + ?Sized> LanguageModel for Box<M> {
     }
     fn kept_on_truncate(&self, len: usize) -> usize {
         (**self).kept_on_truncate(len)
+    }
+    fn max_slots(&self) -> usize {
+        (**self).max_slots()
+    }
+    fn set_slots(&mut self, n: usize) -> Result<(), ModelError> {
+        (**self).set_slots(n)
+    }
+    fn slot_count(&self) -> usize {
+        (**self).slot_count()
+    }
+    fn slot_tokens(&self, slot: usize) -> &[u32] {
+        (**self).slot_tokens(slot)
+    }
+    fn copy_prefix(&mut self, from: usize, to: usize, len: usize) -> Result<(), ModelError> {
+        (**self).copy_prefix(from, to, len)
+    }
+    fn forward_slots(&mut self, items: &[(usize, &[u32])]) -> Result<Vec<Vec<f32>>, ModelError> {
+        (**self).forward_slots(items)
     }
 }
 

@@ -96,6 +96,14 @@ pub struct EnvironmentInfo {
     pub cpu_features: Vec<String>,
     pub threads: usize,
     pub device: String,
+    /// Samples decoded together (`--batch` as resolved; 1 in files written
+    /// before batching existed).
+    #[serde(default = "one")]
+    pub batch: usize,
+}
+
+fn one() -> usize {
+    1
 }
 
 impl EnvironmentInfo {
@@ -110,6 +118,7 @@ impl EnvironmentInfo {
             cpu_features: crate::model::device::compiled_cpu_features().iter().map(|s| s.to_string()).collect(),
             threads,
             device: device.to_string(),
+            batch: 1,
         }
     }
 }

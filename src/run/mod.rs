@@ -11,6 +11,7 @@
 //! - [`folder`]: preparing and checking the run folder.
 //! - [`sample`]: one sample through prompt, decoder, cleaning and scores.
 
+pub mod batch;
 pub mod folder;
 pub mod sample;
 pub mod select;
@@ -131,20 +132,15 @@ pub fn run_in(session: &mut Session, cfg: &RunConfig, opts: &RunOptions) -> Resu
     let bar = progress_bar(todo.len() as u64, opts.progress);
     let ctx = sample::SampleContext { cfg, dataset, builder: &builder, tokenizer, card_stop: &card.stop };
     let mut speed = Speed::default();
-    for s in todo {
-        bar.set_message(format!("{} runtime={}{}", s.task, s.runtime, speed.line()));
-        let rec = match sample::run_one(&ctx, s, model.as_mut()) {
-            Ok(rec) => rec,
-            Err(e) => {
-                // Keep the failure and go on; the model's cache may be in any state.
-                let _ = model.truncate(0);
-                sample::failed_record(dataset, s, &e)
-            }
-        };
+    let batch = batch_size(cfg.batch, model.as_ref(), &info.id);
+    let mut emit = |rec: SampleRecord| {
         records::append_sample(&mut samples_file, &rec).map_err(io_err(&samples_path))?;
         speed.add(&rec);
+        bar.set_message(format!("{} runtime={}{}", rec.task, rec.runtime, speed.line()));
         bar.inc(1);
-    }
+        Ok(())
+    };
+    batch::run_batched(&ctx, &todo, model.as_mut(), batch, &mut emit)?;
     bar.finish_and_clear();
     drop(builder);
 
@@ -169,11 +165,30 @@ pub fn run_in(session: &mut Session, cfg: &RunConfig, opts: &RunOptions) -> Resu
         }),
         groups: aggregate::groups(&records, &cfg.metrics, cfg.seed),
         throughput: Some(aggregate::throughput(&records, wall.elapsed().as_secs_f64())),
-        environment: EnvironmentInfo::current(threads, &cfg.device.to_string()),
+        environment: EnvironmentInfo { batch, ..EnvironmentInfo::current(threads, &cfg.device.to_string()) },
         metric_signatures: metrics::signatures(&cfg.metrics),
     };
     records::write_results(&opts.out, &results)?;
     Ok(results)
+}
+
+/// Samples decoded together by default where the engine can hold several.
+pub const DEFAULT_BATCH: usize = 4;
+
+/// The batch a run uses: `--batch` (or [`DEFAULT_BATCH`]), at most what the
+/// engine holds; asking for more than an engine holds is said once.
+pub fn batch_size(asked: Option<usize>, model: &dyn crate::model::LanguageModel, model_id: &str) -> usize {
+    let most = model.max_slots();
+    match asked {
+        Some(n) if n > most => {
+            eprintln!(
+                "note: the engine of {model_id} decodes {most} sequence(s) at a time; --batch {n} runs as {most}"
+            );
+            most
+        }
+        Some(n) => n,
+        None => DEFAULT_BATCH.min(most),
+    }
 }
 
 /// Token counts and model time of the samples done so far, for the

@@ -5,9 +5,8 @@ use super::RunError;
 use crate::config::RunConfig;
 use crate::data::samples::Sample;
 use crate::data::Dataset;
-use crate::decode::{self, GenerateConfig};
+use crate::decode::{GenerateConfig, Generation};
 use crate::metrics::{self, answer};
-use crate::model::LanguageModel;
 use crate::prompt::{FitOutcome, PromptBuilder};
 use crate::records::SampleRecord;
 use crate::tokenizer::Tokenizer;
@@ -63,14 +62,23 @@ pub fn failed_record(dataset: &Dataset, sample: &Sample, error: &RunError) -> Sa
     SampleRecord { error: Some(error.to_string()), ..blank_record(dataset, sample) }
 }
 
-/// Run one sample on `model`.
-pub fn run_one(
-    ctx: &SampleContext<'_>,
-    sample: &Sample,
-    model: &mut dyn LanguageModel,
-) -> Result<SampleRecord, RunError> {
+/// A sample ready to decode: its record so far, prompt and settings.
+pub struct Prepared {
+    pub rec: SampleRecord,
+    pub tokens: Vec<u32>,
+    pub post: crate::prompt::template::PostKind,
+    pub gen: GenerateConfig,
+}
+
+/// A sample's prompt fitted, or its finished record when it is skipped.
+pub enum Prep {
+    Ready(Prepared),
+    Skipped(SampleRecord),
+}
+
+/// Build a sample's prompt and decoding settings.
+pub fn prepare(ctx: &SampleContext<'_>, sample: &Sample) -> Result<Prep, RunError> {
     let cfg = ctx.cfg;
-    let traj = ctx.dataset.trajectory(&sample.trajectory).expect("selected from this dataset");
     let mut rec = blank_record(ctx.dataset, sample);
     let prompt = match ctx.builder.build(ctx.dataset, sample)? {
         FitOutcome::Fitted(p) => p,
@@ -78,7 +86,7 @@ pub fn run_one(
             rec.template = template_id;
             rec.skipped = Some(reason);
             rec.skip_detail = Some(detail);
-            return Ok(rec);
+            return Ok(Prep::Skipped(rec));
         }
     };
     let mut stop = prompt.stop.clone();
@@ -87,14 +95,30 @@ pub fn run_one(
             stop.push(s.clone());
         }
     }
-    let gen_cfg = GenerateConfig {
+    let gen = GenerateConfig {
         max_new_tokens: cfg.prompt.max_new_tokens,
         context_tokens: cfg.prompt.context_tokens,
         stop,
         eos_ids: ctx.tokenizer.eos_ids().to_vec(),
     };
-    let generation = decode::generate(model, ctx.tokenizer, &prompt.tokens, &gen_cfg)?;
-    let prediction = crate::prompt::post::clean(&generation.text, prompt.post);
+    rec.template = prompt.template_id;
+    rec.template_sha256 = prompt.template_sha256;
+    rec.prompt_tokens = prompt.tokens.len();
+    rec.dropped_steps = prompt.dropped_steps;
+    rec.steps_kept = prompt.steps_kept;
+    rec.truncated_chars = prompt.truncated_chars;
+    rec.runtime_rows_kept = prompt.runtime_rows_kept;
+    rec.shared_prefix_tokens = prompt.shared_prefix_tokens;
+    Ok(Prep::Ready(Prepared { rec, tokens: prompt.tokens, post: prompt.post, gen }))
+}
+
+/// The record of a prepared sample once its generation is done: cleaned
+/// prediction, answer kind, scores, token counts and timings.
+pub fn finish(ctx: &SampleContext<'_>, sample: &Sample, prepared: Prepared, generation: Generation) -> SampleRecord {
+    let cfg = ctx.cfg;
+    let traj = ctx.dataset.trajectory(&sample.trajectory).expect("selected from this dataset");
+    let Prepared { mut rec, post, .. } = prepared;
+    let prediction = crate::prompt::post::clean(&generation.text, post);
     rec.answer_kind = Some(answer::classify(
         sample.task,
         &prediction,
@@ -106,14 +130,6 @@ pub fn run_one(
     if cfg.metrics.chrf_word_order > 0 || cfg.metrics.rouge_lsum {
         rec.extra_scores = Some(metrics::score_extra(&prediction, &rec.reference, &cfg.metrics));
     }
-    rec.template = prompt.template_id;
-    rec.template_sha256 = prompt.template_sha256;
-    rec.prompt_tokens = prompt.tokens.len();
-    rec.dropped_steps = prompt.dropped_steps;
-    rec.steps_kept = prompt.steps_kept;
-    rec.truncated_chars = prompt.truncated_chars;
-    rec.runtime_rows_kept = prompt.runtime_rows_kept;
-    rec.shared_prefix_tokens = prompt.shared_prefix_tokens;
     rec.prediction = prediction;
     rec.raw_prediction = generation.text;
     rec.finish_reason = Some(generation.finish);
@@ -121,5 +137,5 @@ pub fn run_one(
     rec.reused_prompt_tokens = generation.reused_tokens;
     rec.prefill_s = generation.prefill_s;
     rec.decode_s = generation.decode_s;
-    Ok(rec)
+    rec
 }

@@ -84,6 +84,7 @@ fn config(limit: Option<usize>, context_tokens: usize, max_new_tokens: usize) ->
         engine: Default::default(),
         dtype: Default::default(),
         threads: Some(1),
+        batch: None,
         shard: None,
     }
 }

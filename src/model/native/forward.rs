@@ -1,4 +1,4 @@
-//! The decoder forward pass of llama, qwen2 and qwen3 on a chunk of tokens.
+//! The decoder forward pass of llama, qwen2 and qwen3 on chunks of tokens.
 //!
 //! For a chunk of `n` tokens at positions `p..p + n`: embed, then per layer
 //! RMS norm → q, k, v (one fused product; qwen2 adds biases, qwen3 normalizes
@@ -6,6 +6,9 @@
 //! causal attention → output projection → residual; RMS norm → gate and up
 //! (fused) → SiLU(gate)·up → down → residual. In the last layer only the last
 //! token goes past the cache write, since only its logits are returned.
+//! Several sequences, each with its own cache, can go through one pass
+//! ([`Transformer::forward_batch`]): their rows share the products, and each
+//! row is computed exactly as it would be alone.
 
 use super::config::Config;
 use super::kv::{HeadShape, KvCache};
@@ -41,6 +44,12 @@ pub struct Weights {
     pub output: QMatrix,
 }
 
+/// One sequence of a batched pass: its cache and the tokens fed after it.
+pub struct Segment<'a> {
+    pub cache: &'a mut KvCache,
+    pub tokens: &'a [u32],
+}
+
 /// A model ready to run: configuration, weights, rotary frequencies.
 #[derive(Debug, Clone)]
 pub struct Transformer {
@@ -56,10 +65,10 @@ impl Transformer {
         Transformer { cfg, w, inv_freq }
     }
 
-    /// (cos, sin) of every frequency at positions `p..p + n`, row-major.
-    fn rope_table(&self, p: usize, n: usize) -> Vec<(f32, f32)> {
-        let mut cs = Vec::with_capacity(n * self.inv_freq.len());
-        for pos in p..p + n {
+    /// (cos, sin) of every frequency at each of `positions`, row-major.
+    fn rope_table(&self, positions: impl Iterator<Item = usize>) -> Vec<(f32, f32)> {
+        let mut cs = Vec::new();
+        for pos in positions {
             for f in &self.inv_freq {
                 let a = pos as f64 * f;
                 cs.push((a.cos() as f32, a.sin() as f32));
@@ -78,21 +87,40 @@ impl Transformer {
         want_logits: bool,
         kernels: Kernels,
     ) -> Option<Vec<f32>> {
+        self.forward_batch(&mut [Segment { cache, tokens }], want_logits, kernels).pop()
+    }
+
+    /// Feed several sequences in one pass: each segment's tokens go after
+    /// its own cache. The products run over the rows of all segments at
+    /// once (each weight row is read once for all of them); everything else
+    /// is per row, and attention per segment on its own cache, so each
+    /// segment's keys, values and logits are bit-identical to feeding it
+    /// alone. Returns each segment's last-token logits, in order, when
+    /// `want_logits` (else nothing). Every cache must have room; segments
+    /// must not be empty.
+    pub fn forward_batch(&self, segs: &mut [Segment<'_>], want_logits: bool, kernels: Kernels) -> Vec<Vec<f32>> {
         let cfg = &self.cfg;
         let (h, qd, kvd, hd) = (cfg.hidden, cfg.q_dim(), cfg.kv_dim(), cfg.head_dim);
-        let n = tokens.len();
-        let p = cache.len();
+        assert!(segs.iter().all(|s| !s.tokens.is_empty()), "empty segment");
+        // Rows of each segment: (first row, rows, position of the first row).
+        let mut spans: Vec<(usize, usize, usize)> = Vec::with_capacity(segs.len());
+        let mut n = 0;
+        for s in segs.iter() {
+            spans.push((n, s.tokens.len(), s.cache.len()));
+            n += s.tokens.len();
+        }
         let mut x = vec![0f32; n * h];
-        for (t, &tok) in tokens.iter().enumerate() {
+        for (t, &tok) in segs.iter().flat_map(|s| s.tokens).enumerate() {
             self.w.embed.dequantize_row(tok as usize, &mut x[t * h..(t + 1) * h]);
         }
-        let cs = self.rope_table(p, n);
+        let cs = self.rope_table(spans.iter().flat_map(|&(_, len, p)| p..p + len));
         let half = hd / 2;
         let mut xn = vec![0f32; n * h];
         let (mut q, mut k, mut v) = (vec![0f32; n * qd], vec![0f32; n * kvd], vec![0f32; n * kvd]);
         let last_layer = cfg.layers - 1;
         for (l, lw) in self.w.layers.iter().enumerate() {
-            for t in 0..n {
+            let rows = x.len() / h;
+            for t in 0..rows {
                 ops::rms_norm(&x[t * h..(t + 1) * h], &lw.attn_norm, cfg.eps, &mut xn[t * h..(t + 1) * h]);
             }
             matmul(&mut [(&lw.wq, &mut q[..]), (&lw.wk, &mut k[..]), (&lw.wv, &mut v[..])], &xn, n, kernels);
@@ -114,43 +142,56 @@ impl Transformer {
                     ops::rope(head, c, cfg.rope_neox);
                 }
             }
-            cache.write(l, p, &k, &v, kernels);
-            // Tokens that go on: all of them, or only the last in the last layer.
-            let from = if l == last_layer { n - 1 } else { 0 };
-            let m = n - from;
+            for (s, &(r0, len, p)) in segs.iter_mut().zip(&spans) {
+                s.cache.write(l, p, &k[r0 * kvd..(r0 + len) * kvd], &v[r0 * kvd..(r0 + len) * kvd], kernels);
+            }
+            // Rows that go on: all of them, or in the last layer only the
+            // last row of each segment (only its logits are returned).
+            if l == last_layer && spans.iter().any(|&(_, len, _)| len > 1) {
+                let last: Vec<usize> = spans.iter().map(|&(r0, len, _)| r0 + len - 1).collect();
+                x = gather_rows(&x, h, &last);
+                q = gather_rows(&q, qd, &last);
+                for (i, span) in spans.iter_mut().enumerate() {
+                    *span = (i, 1, span.2 + span.1 - 1);
+                }
+            }
+            let m = x.len() / h;
             let mut att = vec![0f32; m * qd];
-            cache.attention(
-                l,
-                &q[from * qd..],
-                p + from,
-                HeadShape { heads: cfg.heads, head_dim: hd },
-                &mut att,
-                kernels,
-            );
+            for (s, &(r0, len, p)) in segs.iter().zip(&spans) {
+                let shape = HeadShape { heads: cfg.heads, head_dim: hd };
+                let rows = r0 * qd..(r0 + len) * qd;
+                s.cache.attention(l, &q[rows.clone()], p, shape, &mut att[rows], kernels);
+            }
             let mut o = vec![0f32; m * h];
             matmul(&mut [(&lw.wo, &mut o[..])], &att, m, kernels);
-            let xs = &mut x[from * h..];
-            add_assign(xs, &o);
+            add_assign(&mut x, &o);
             let xns = &mut xn[..m * h];
             for t in 0..m {
-                ops::rms_norm(&xs[t * h..(t + 1) * h], &lw.ffn_norm, cfg.eps, &mut xns[t * h..(t + 1) * h]);
+                ops::rms_norm(&x[t * h..(t + 1) * h], &lw.ffn_norm, cfg.eps, &mut xns[t * h..(t + 1) * h]);
             }
             let (mut g, mut u) = (vec![0f32; m * cfg.ff], vec![0f32; m * cfg.ff]);
             matmul(&mut [(&lw.w_gate, &mut g[..]), (&lw.w_up, &mut u[..])], xns, m, kernels);
-            ops::silu_mul(&mut g, &u, kernels == Kernels::Simd);
+            for (gr, ur) in g.chunks_exact_mut(cfg.ff).zip(u.chunks_exact(cfg.ff)) {
+                ops::silu_mul(gr, ur, kernels == Kernels::Simd);
+            }
             matmul(&mut [(&lw.w_down, &mut o[..])], &g, m, kernels);
-            add_assign(xs, &o);
+            add_assign(&mut x, &o);
         }
-        cache.set_len(p + n);
+        for (s, &(_, len, p)) in segs.iter_mut().zip(&spans) {
+            s.cache.set_len(p + len);
+        }
         if !want_logits {
-            return None;
+            return Vec::new();
         }
-        let xl = &x[(n - 1) * h..];
-        let mut xnl = vec![0f32; h];
-        ops::rms_norm(xl, &self.w.out_norm, cfg.eps, &mut xnl);
-        let mut logits = vec![0f32; self.w.output.rows];
-        matmul(&mut [(&self.w.output, &mut logits[..])], &xnl, 1, kernels);
-        Some(logits)
+        let m = x.len() / h;
+        let mut xn = vec![0f32; m * h];
+        for t in 0..m {
+            ops::rms_norm(&x[t * h..(t + 1) * h], &self.w.out_norm, cfg.eps, &mut xn[t * h..(t + 1) * h]);
+        }
+        let vocab = self.w.output.rows;
+        let mut logits = vec![0f32; m * vocab];
+        matmul(&mut [(&self.w.output, &mut logits[..])], &xn, m, kernels);
+        logits.chunks_exact(vocab).map(<[f32]>::to_vec).collect()
     }
 
     pub fn arch(&self) -> Arch {
@@ -162,6 +203,11 @@ fn add_assign(x: &mut [f32], y: &[f32]) {
     for (a, b) in x.iter_mut().zip(y) {
         *a += b;
     }
+}
+
+/// The rows `which` of `x` (rows of `width` values), in that order.
+fn gather_rows(x: &[f32], width: usize, which: &[usize]) -> Vec<f32> {
+    which.iter().flat_map(|&r| &x[r * width..(r + 1) * width]).copied().collect()
 }
 
 /// Add `b` to every row of `x`.

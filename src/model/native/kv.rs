@@ -69,6 +69,18 @@ impl KvCache {
         self.cap = cap;
     }
 
+    /// Make this cache hold the first `len` positions of `other` (a cache
+    /// of the same shape), copying them.
+    pub fn copy_prefix_from(&mut self, other: &KvCache, len: usize) {
+        assert!(len <= other.len && self.kv_dim == other.kv_dim && self.k.len() == other.k.len());
+        self.reserve(len);
+        let n = len * self.kv_dim;
+        for (dst, src) in self.k.iter_mut().zip(&other.k).chain(self.v.iter_mut().zip(&other.v)) {
+            dst[..n].copy_from_slice(&src[..n]);
+        }
+        self.len = len;
+    }
+
     /// Store keys and values of positions `pos..pos + n` of `layer`
     /// (`k` and `v` are `n × kv_dim`, row-major). Room must be reserved.
     pub fn write(&mut self, layer: usize, pos: usize, k: &[f32], v: &[f32], kernels: Kernels) {

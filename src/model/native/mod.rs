@@ -52,12 +52,26 @@ pub fn unsupported_reason(ct: &gguf_file::Content) -> Option<String> {
     config::Config::from_gguf(ct).err()
 }
 
-/// A GGUF model on the native engine, with its KV cache.
+/// Sequences one model holds at most (`--batch`).
+pub const MAX_SLOTS: usize = 64;
+
+/// A GGUF model on the native engine, with one KV cache per sequence slot.
 pub struct NativeModel {
     net: Transformer,
+    slots: Vec<Slot>,
+    kernels: Kernels,
+}
+
+/// One sequence: its cache and the tokens in it.
+struct Slot {
     cache: KvCache,
     tokens: Vec<u32>,
-    kernels: Kernels,
+}
+
+impl Slot {
+    fn new(cfg: &config::Config) -> Slot {
+        Slot { cache: KvCache::new(cfg.layers, cfg.kv_dim(), cfg.context), tokens: Vec::new() }
+    }
 }
 
 impl NativeModel {
@@ -71,10 +85,9 @@ impl NativeModel {
     }
 
     pub fn from_transformer(net: Transformer) -> NativeModel {
-        let cache = KvCache::new(net.cfg.layers, net.cfg.kv_dim(), net.cfg.context);
         let forced_scalar = std::env::var(KERNELS_ENV).map(|v| v == "scalar").unwrap_or(false);
         let kernels = if forced_scalar { Kernels::Scalar } else { Kernels::detect() };
-        NativeModel { net, cache, tokens: Vec::new(), kernels }
+        NativeModel { slots: vec![Slot::new(&net.cfg)], net, kernels }
     }
 
     /// The kernels in use.
@@ -117,16 +130,19 @@ impl NativeModel {
     }
 }
 
-impl LanguageModel for NativeModel {
-    fn forward(&mut self, tokens: &[u32]) -> Result<Vec<f32>, ModelError> {
+impl NativeModel {
+    /// Check that `tokens` can go after slot `slot`'s cache and make room.
+    fn admit(&mut self, slot: usize, tokens: &[u32]) -> Result<(), ModelError> {
+        let held = self.slots.len();
+        let s = self.slots.get_mut(slot).ok_or_else(|| ModelError::Other(format!("no slot {slot} of {held}")))?;
         if tokens.is_empty() {
             return Err(ModelError::Other("forward needs at least one token".into()));
         }
         let window = self.net.cfg.context;
-        if self.tokens.len() + tokens.len() > window {
+        if s.tokens.len() + tokens.len() > window {
             return Err(ModelError::Other(format!(
                 "{} cached + {} new tokens exceed the model window of {window}",
-                self.tokens.len(),
+                s.tokens.len(),
                 tokens.len()
             )));
         }
@@ -136,8 +152,15 @@ impl LanguageModel for NativeModel {
                 self.net.cfg.vocab_rows
             )));
         }
-        self.cache.reserve(self.tokens.len() + tokens.len());
-        let (net, cache, kernels) = (&self.net, &mut self.cache, self.kernels);
+        s.cache.reserve(s.tokens.len() + tokens.len());
+        Ok(())
+    }
+}
+
+impl LanguageModel for NativeModel {
+    fn forward(&mut self, tokens: &[u32]) -> Result<Vec<f32>, ModelError> {
+        self.admit(0, tokens)?;
+        let (net, slot, kernels) = (&self.net, &mut self.slots[0], self.kernels);
         // The whole pass runs on a worker of rayon's pool, so that the many
         // parallel products inside it fork and join among workers that stay
         // awake, instead of this thread waking the pool for each of them.
@@ -145,32 +168,30 @@ impl LanguageModel for NativeModel {
             let mut logits = None;
             let chunks = tokens.len().div_ceil(CHUNK);
             for (i, chunk) in tokens.chunks(CHUNK).enumerate() {
-                logits = net.forward(cache, chunk, i + 1 == chunks, kernels);
+                logits = net.forward(&mut slot.cache, chunk, i + 1 == chunks, kernels);
             }
             logits
         });
-        self.tokens.extend_from_slice(tokens);
+        slot.tokens.extend_from_slice(tokens);
         logits.ok_or_else(|| ModelError::Other("no logits were computed".into()))
     }
 
     fn truncate(&mut self, len: usize) -> Result<(), ModelError> {
-        if len > self.tokens.len() {
-            return Err(ModelError::Other(format!(
-                "cannot truncate the cache to {len}: it holds {}",
-                self.tokens.len()
-            )));
+        let s = &mut self.slots[0];
+        if len > s.tokens.len() {
+            return Err(ModelError::Other(format!("cannot truncate the cache to {len}: it holds {}", s.tokens.len())));
         }
-        self.tokens.truncate(len);
-        self.cache.truncate(len);
+        s.tokens.truncate(len);
+        s.cache.truncate(len);
         Ok(())
     }
 
     fn cached_len(&self) -> usize {
-        self.tokens.len()
+        self.slots[0].tokens.len()
     }
 
     fn cached_tokens(&self) -> &[u32] {
-        &self.tokens
+        &self.slots[0].tokens
     }
 
     fn context_length(&self) -> usize {
@@ -179,5 +200,85 @@ impl LanguageModel for NativeModel {
 
     fn vocab_rows(&self) -> usize {
         self.net.w.output.rows
+    }
+
+    fn max_slots(&self) -> usize {
+        MAX_SLOTS
+    }
+
+    fn set_slots(&mut self, n: usize) -> Result<(), ModelError> {
+        if !(1..=MAX_SLOTS).contains(&n) {
+            return Err(ModelError::Other(format!("the native engine holds 1 to {MAX_SLOTS} sequences, not {n}")));
+        }
+        self.slots.truncate(n);
+        while self.slots.len() < n {
+            self.slots.push(Slot::new(&self.net.cfg));
+        }
+        Ok(())
+    }
+
+    fn slot_count(&self) -> usize {
+        self.slots.len()
+    }
+
+    fn slot_tokens(&self, slot: usize) -> &[u32] {
+        &self.slots[slot].tokens
+    }
+
+    fn copy_prefix(&mut self, from: usize, to: usize, len: usize) -> Result<(), ModelError> {
+        let n = self.slots.len();
+        if from >= n || to >= n || len > self.slots[from].tokens.len() {
+            return Err(ModelError::Other(format!("cannot copy {len} positions from slot {from} to slot {to}")));
+        }
+        if from == to {
+            let s = &mut self.slots[to];
+            s.tokens.truncate(len);
+            s.cache.truncate(len);
+            return Ok(());
+        }
+        let (src, dst) = if from < to {
+            let (a, b) = self.slots.split_at_mut(to);
+            (&a[from], &mut b[0])
+        } else {
+            let (a, b) = self.slots.split_at_mut(from);
+            (&b[0], &mut a[to])
+        };
+        dst.cache.copy_prefix_from(&src.cache, len);
+        dst.tokens.clear();
+        dst.tokens.extend_from_slice(&src.tokens[..len]);
+        Ok(())
+    }
+
+    fn forward_slots(&mut self, items: &[(usize, &[u32])]) -> Result<Vec<Vec<f32>>, ModelError> {
+        let mut seen = vec![false; self.slots.len()];
+        for &(slot, tokens) in items {
+            self.admit(slot, tokens)?;
+            if std::mem::replace(&mut seen[slot], true) {
+                return Err(ModelError::Other(format!("slot {slot} appears twice in one pass")));
+            }
+        }
+        // Long feeds (prompts) go alone in chunks; one-token feeds share a pass.
+        if items.iter().any(|&(_, t)| t.len() > 1) {
+            return items
+                .iter()
+                .map(|&(slot, tokens)| {
+                    self.slots.swap(0, slot);
+                    let logits = self.forward(tokens);
+                    self.slots.swap(0, slot);
+                    logits
+                })
+                .collect();
+        }
+        let (net, kernels) = (&self.net, self.kernels);
+        let mut by_slot: Vec<Option<&mut Slot>> = self.slots.iter_mut().map(Some).collect();
+        let mut segs: Vec<forward::Segment<'_>> = items
+            .iter()
+            .map(|&(slot, tokens)| {
+                let s = by_slot[slot].take().expect("distinct slots");
+                s.tokens.extend_from_slice(tokens);
+                forward::Segment { cache: &mut s.cache, tokens }
+            })
+            .collect();
+        Ok(rayon::scope(|_| net.forward_batch(&mut segs, true, kernels)))
     }
 }

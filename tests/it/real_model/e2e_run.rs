@@ -33,6 +33,7 @@ fn config() -> RunConfig {
         engine: Default::default(),
         dtype: Default::default(),
         threads: None,
+        batch: None,
         shard: None,
     }
 }
@@ -104,4 +105,44 @@ fn sample_run_is_reproducible_and_resumable() {
     other.prompt.max_new_tokens = 32;
     let err = run(&other, &options(&a, true)).unwrap_err().to_string();
     assert!(err.contains("configuration differs"), "{err}");
+}
+
+/// Continuous batching changes nothing but speed: `--batch 8` (with slots
+/// freed and refilled mid-run, prefixes copied between slots) gives the
+/// same records as one sample at a time, byte for byte, apart from timings
+/// and the count of reused prompt tokens.
+#[test]
+fn batch_8_predictions_equal_batch_1() {
+    common::default_model();
+    let dir = common::tempdir();
+    let mut cfg = config();
+    cfg.limit = Some(3);
+    cfg.prompt.max_new_tokens = 24;
+    let key = |r: &themisto::records::SampleRecord| {
+        (
+            r.id.clone(),
+            r.prompt_tokens,
+            r.raw_prediction.clone(),
+            r.prediction.clone(),
+            r.finish_reason,
+            r.generated_tokens,
+            r.scores,
+            r.error.clone(),
+        )
+    };
+    let mut runs = Vec::new();
+    for batch in [1, 8] {
+        cfg.batch = Some(batch);
+        let out = dir.path().join(format!("b{batch}"));
+        let res = run(&cfg, &options(&out, false)).unwrap();
+        assert_eq!(res.environment.batch, batch);
+        runs.push(read_samples(&out.join("samples.jsonl")).unwrap());
+    }
+    assert_eq!(runs[0].len(), 12);
+    assert!(runs[0].iter().all(|r| r.error.is_none()));
+    assert_eq!(runs[0].iter().map(key).collect::<Vec<_>>(), runs[1].iter().map(key).collect::<Vec<_>>());
+    // The batched run still reuses the history its prompts share.
+    let reused: usize = runs[1].iter().map(|r| r.reused_prompt_tokens).sum();
+    let total: usize = runs[1].iter().map(|r| r.prompt_tokens).sum();
+    assert!(reused * 4 > total, "{reused} of {total} prompt tokens reused");
 }
