@@ -86,7 +86,7 @@ pack() {
     cu="${cu%%$'\n'*}"
     mkdir -p "$dir/lib"
     # The libraries the binary names, then theirs (cuBLAS needs cuBLASLt), from the
-    # toolchain; NVRTC loads its builtins at run time.
+    # toolchain; NVRTC, if linked, loads its builtins at run time.
     local todo seen=" " name
     todo="$needed"
     while [ -n "$todo" ]; do
@@ -99,7 +99,9 @@ pack() {
       todo="$todo"$'\n'"$(readelf -d "$cu/lib/$name" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')"
       todo="${todo#$'\n'}"
     done
-    cp -L "$cu"/lib/libnvrtc-builtins.so.* "$dir/lib/" 2>/dev/null || true
+    if compgen -G "$dir/lib/libnvrtc.so.*" >/dev/null; then
+      cp -L "$cu"/lib/libnvrtc-builtins.so.* "$dir/lib/"
+    fi
   fi
 
   if [ "$small" = 1 ]; then
