@@ -1,4 +1,4 @@
-//! `themisto models list` and `themisto models fetch ID`.
+//! `themisto models list`, `themisto models fetch ID` and `themisto models tokenizer ID --out FILE`.
 
 use crate::model::fetch::{self, FetchOptions};
 use crate::model::registry;
@@ -12,6 +12,15 @@ pub enum ModelsCommand {
     Fetch {
         /// Model id from `models list`, a card (.toml), a .gguf file, a folder, or `hf://ORG/REPO[@REVISION]`.
         id: String,
+    },
+    /// Write a model's tokenizer as a Hugging Face `tokenizer.json` (e.g. for a
+    /// safetensors folder made from a GGUF by `scripts/gguf_to_safetensors.py`).
+    Tokenizer {
+        /// Model id, card, .gguf file, folder or `hf://ORG/REPO[@REVISION]`.
+        id: String,
+        /// The file to write.
+        #[arg(long)]
+        out: std::path::PathBuf,
     },
 }
 
@@ -49,6 +58,14 @@ pub fn execute(cmd: ModelsCommand) -> anyhow::Result<()> {
                 println!("{}  {}", sha, p.display());
             }
             println!("{} ready (from {})", card.id, r.origin);
+            Ok(())
+        }
+        ModelsCommand::Tokenizer { id, out } => {
+            let (card, tokenizer) = crate::model::open_tokenizer(&id, &opts)?;
+            let json = tokenizer.to_json().map_err(crate::model::ModelError::from)?;
+            crate::records::write_atomic(&out, json.as_bytes())
+                .map_err(|source| crate::run::RunError::Io { path: out.clone(), source })?;
+            println!("{}: tokenizer of {} ({} tokens)", out.display(), card.id, tokenizer.vocab_size());
             Ok(())
         }
     }

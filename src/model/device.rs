@@ -46,11 +46,24 @@ impl DeviceSpec {
         match self {
             DeviceSpec::Cpu => Ok(Device::Cpu),
             DeviceSpec::Cuda(n) => Device::new_cuda(n).map_err(|e| {
-                ModelError::Device(format!(
-                    "cannot open cuda:{n}: {e} (CUDA needs a build with `--features cuda` and an NVIDIA driver)"
-                ))
+                let hint = if cfg!(feature = "cuda") {
+                    "this build has CUDA: it needs an NVIDIA GPU and its driver"
+                } else {
+                    "CUDA needs a build with `--features cuda`"
+                };
+                ModelError::Device(format!("cannot open cuda:{n}: {} ({hint})", without_backtrace(e)))
             }),
         }
+    }
+}
+
+/// candle wraps its errors with a captured backtrace when `RUST_LIB_BACKTRACE`
+/// (or `RUST_BACKTRACE`) asks for one, and its message then holds the whole
+/// trace; a user error is one line, so the trace is dropped.
+fn without_backtrace(e: candle_core::Error) -> candle_core::Error {
+    match e {
+        candle_core::Error::WithBacktrace { inner, .. } => without_backtrace(*inner),
+        e => e,
     }
 }
 
@@ -96,5 +109,16 @@ mod tests {
     fn cuda_without_feature_is_a_clear_error() {
         let e = DeviceSpec::Cuda(0).open().unwrap_err().to_string();
         assert!(e.contains("--features cuda"), "{e}");
+    }
+
+    #[test]
+    fn candle_backtraces_are_dropped_from_messages() {
+        let e = candle_core::Error::Msg("no device".into());
+        let wrapped = candle_core::Error::WithBacktrace {
+            inner: Box::new(e),
+            backtrace: Box::new(std::backtrace::Backtrace::force_capture()),
+        };
+        assert!(wrapped.to_string().contains('\n'));
+        assert_eq!(without_backtrace(wrapped).to_string(), "no device");
     }
 }
