@@ -15,6 +15,7 @@ use super::kv::{HeadShape, KvCache};
 use super::matmul::{matmul, Kernels, QMatrix};
 use super::ops;
 use crate::model::arch::Arch;
+use rayon::prelude::{IntoParallelIterator, ParallelIterator};
 
 /// One transformer block.
 #[derive(Debug, Clone)]
@@ -157,10 +158,20 @@ impl Transformer {
             }
             let m = x.len() / h;
             let mut att = vec![0f32; m * qd];
-            for (s, &(r0, len, p)) in segs.iter().zip(&spans) {
-                let shape = HeadShape { heads: cfg.heads, head_dim: hd };
-                let rows = r0 * qd..(r0 + len) * qd;
-                s.cache.attention(l, &q[rows.clone()], p, shape, &mut att[rows], kernels);
+            let shape = HeadShape { heads: cfg.heads, head_dim: hd };
+            if segs.len() == 1 {
+                let p = spans[0].2;
+                segs[0].cache.attention(l, &q, p, shape, &mut att, kernels);
+            } else {
+                // Sequences side by side (each may still split its heads).
+                let mut outs: Vec<(&KvCache, &[f32], usize, &mut [f32])> = Vec::with_capacity(segs.len());
+                let mut rest = &mut att[..];
+                for (s, &(r0, len, p)) in segs.iter().zip(&spans) {
+                    let (mine, tail) = rest.split_at_mut(len * qd);
+                    rest = tail;
+                    outs.push((&*s.cache, &q[r0 * qd..(r0 + len) * qd], p, mine));
+                }
+                outs.into_par_iter().for_each(|(cache, q, p, out)| cache.attention(l, q, p, shape, out, kernels));
             }
             let mut o = vec![0f32; m * h];
             matmul(&mut [(&lw.wo, &mut o[..])], &att, m, kernels);
@@ -172,7 +183,7 @@ impl Transformer {
             let (mut g, mut u) = (vec![0f32; m * cfg.ff], vec![0f32; m * cfg.ff]);
             matmul(&mut [(&lw.w_gate, &mut g[..]), (&lw.w_up, &mut u[..])], xns, m, kernels);
             for (gr, ur) in g.chunks_exact_mut(cfg.ff).zip(u.chunks_exact(cfg.ff)) {
-                ops::silu_mul(gr, ur, kernels == Kernels::Simd);
+                ops::silu_mul(gr, ur, kernels != Kernels::Scalar);
             }
             matmul(&mut [(&lw.w_down, &mut o[..])], &g, m, kernels);
             add_assign(&mut x, &o);

@@ -86,7 +86,7 @@ impl KvCache {
     pub fn write(&mut self, layer: usize, pos: usize, k: &[f32], v: &[f32], kernels: Kernels) {
         let n = k.len() / self.kv_dim;
         assert!(pos + n <= self.cap && v.len() == k.len(), "KV write outside reserved room");
-        let simd = kernels == Kernels::Simd;
+        let simd = kernels != Kernels::Scalar;
         attn::store_f16(k, &mut self.k[layer][pos * self.kv_dim..(pos + n) * self.kv_dim], simd);
         attn::store_f16(v, &mut self.v[layer][pos * self.kv_dim..(pos + n) * self.kv_dim], simd);
     }
@@ -106,7 +106,7 @@ impl KvCache {
         let group = heads / kv_heads;
         let scale = 1.0 / (head_dim as f32).sqrt();
         let (keys, vals) = (&self.k[layer], &self.v[layer]);
-        let simd = kernels == Kernels::Simd;
+        let simd = kernels != Kernels::Scalar;
         let one = |idx: usize, o: &mut [f32], scores: &mut Vec<f32>| {
             let (t, h) = (idx / heads, idx % heads);
             let n = pos + t + 1;

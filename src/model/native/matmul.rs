@@ -5,11 +5,14 @@
 //! multiplies several matrices that share one input (q, k and v; gate and
 //! up) in a single parallel region: the output rows of all of them are cut
 //! into chunks that rayon's pool shares out (threads: `RAYON_NUM_THREADS`,
-//! the same setting candle reads). Inside a chunk, tokens are taken four at
-//! a time and each weight row is unpacked once for the four (the prefill
-//! path); a single token is the generation path.
+//! the same setting candle reads). Inside a chunk, tokens go in blocks that
+//! stay in the L2 cache; each tile of weight rows meets a block's tokens
+//! eight (AVX-512) or four (AVX2) at a time, so each weight block is
+//! unpacked once for them (the prefill path); a single token is the
+//! generation path.
 
 use super::dot_avx2;
+use super::dot_avx512;
 use super::dot_scalar;
 use super::quant::{dequantize_row, ActRow, KActRow, KActs, QActs, QType, QK};
 use memmap2::Mmap;
@@ -70,19 +73,52 @@ impl QMatrix {
 /// Which kernels run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kernels {
-    /// AVX2/FMA/F16C.
+    /// The best SIMD set this CPU has: AVX-512 (F, BW, VL) with VNNI for the
+    /// quantized products where present, else AVX2/FMA/F16C. The other
+    /// operations (attention, SiLU, the KV cache) use AVX2.
     Simd,
+    /// The AVX2/FMA/F16C products even where AVX-512 is present (for tests
+    /// and comparisons); the other operations use AVX2 as with `Simd`.
+    Avx2,
     /// Portable code.
     Scalar,
 }
 
+/// The kernel set a product runs with: what was asked for, limited to what
+/// the CPU has (checked at every product, so no choice can run an
+/// instruction the CPU lacks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Set {
+    Avx512,
+    Avx2,
+    Scalar,
+}
+
 impl Kernels {
-    /// SIMD when the CPU has it.
+    /// SIMD when the CPU has AVX2/FMA/F16C.
     pub fn detect() -> Kernels {
         if dot_avx2::available() {
             Kernels::Simd
         } else {
             Kernels::Scalar
+        }
+    }
+
+    fn set(self) -> Set {
+        match self {
+            Kernels::Simd if dot_avx512::available() => Set::Avx512,
+            Kernels::Simd | Kernels::Avx2 if dot_avx2::available() => Set::Avx2,
+            _ => Set::Scalar,
+        }
+    }
+
+    /// The instructions the quantized products use on this CPU:
+    /// "AVX-512 VNNI", "AVX2" or "portable".
+    pub fn name(self) -> &'static str {
+        match self.set() {
+            Set::Avx512 => "AVX-512 VNNI",
+            Set::Avx2 => "AVX2",
+            Set::Scalar => "portable",
         }
     }
 }
@@ -122,12 +158,13 @@ pub fn matmul(jobs: &mut [(&QMatrix, &mut [f32])], x: &[f32], tokens: usize, ker
         }
     }
     let mats: Vec<&QMatrix> = jobs.iter().map(|(w, _)| *w).collect();
+    let set = kernels.set();
     let run = |&(j, r0, r1, out): &(usize, usize, usize, Out)| {
         let w = mats[j];
         match (&acts, &kacts) {
-            (_, Some(a)) if w.qtype.is_kquant() => rows_q(w, a, r0..r1, out, kernels),
-            (Some(a), _) if !w.qtype.is_float() => rows_q(w, a, r0..r1, out, kernels),
-            _ => rows_f(w, x, cols, tokens, r0..r1, out, kernels),
+            (_, Some(a)) if w.qtype.is_kquant() => rows_q(w, a, r0..r1, out, set),
+            (Some(a), _) if !w.qtype.is_float() => rows_q(w, a, r0..r1, out, set),
+            _ => rows_f(w, x, cols, tokens, r0..r1, out, set),
         }
     };
     if tasks.len() == 1 || threads == 1 {
@@ -144,12 +181,18 @@ trait Acts {
         Self: 'a;
     fn rows(&self) -> usize;
     fn row(&self, r: usize) -> Self::Row<'_>;
-    /// The SIMD kernel for `out.len()` consecutive weight rows in `w`.
+    /// The AVX2 kernel for `out.len()` consecutive weight rows in `w`.
     ///
     /// # Safety
     /// The CPU must have AVX2, FMA and F16C.
     #[cfg(target_arch = "x86_64")]
-    unsafe fn simd<const N: usize>(t: QType, w: &[u8], a: &[Self::Row<'_>; N], out: &mut [[f32; N]]);
+    unsafe fn avx2<const N: usize>(t: QType, w: &[u8], a: &[Self::Row<'_>; N], out: &mut [[f32; N]]);
+    /// The AVX-512 kernel for `out.len()` consecutive weight rows in `w`.
+    ///
+    /// # Safety
+    /// The CPU must have what [`dot_avx512::available`] checks.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn avx512<const N: usize>(t: QType, w: &[u8], a: &[Self::Row<'_>; N], out: &mut [[f32; N]]);
     /// The portable kernel for one weight row.
     fn scalar(t: QType, w: &[u8], a: Self::Row<'_>) -> f32;
 }
@@ -163,8 +206,12 @@ impl Acts for QActs {
         QActs::row(self, r)
     }
     #[cfg(target_arch = "x86_64")]
-    unsafe fn simd<const N: usize>(t: QType, w: &[u8], a: &[ActRow<'_>; N], out: &mut [[f32; N]]) {
+    unsafe fn avx2<const N: usize>(t: QType, w: &[u8], a: &[ActRow<'_>; N], out: &mut [[f32; N]]) {
         dot_avx2::dot_q_rows::<N>(t, w, a, out)
+    }
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn avx512<const N: usize>(t: QType, w: &[u8], a: &[ActRow<'_>; N], out: &mut [[f32; N]]) {
+        dot_avx512::dot_q_rows::<N>(t, w, a, out)
     }
     fn scalar(t: QType, w: &[u8], a: ActRow<'_>) -> f32 {
         dot_scalar::dot_q(t, w, a)
@@ -180,8 +227,12 @@ impl Acts for KActs {
         KActs::row(self, r)
     }
     #[cfg(target_arch = "x86_64")]
-    unsafe fn simd<const N: usize>(t: QType, w: &[u8], a: &[KActRow<'_>; N], out: &mut [[f32; N]]) {
+    unsafe fn avx2<const N: usize>(t: QType, w: &[u8], a: &[KActRow<'_>; N], out: &mut [[f32; N]]) {
         dot_avx2::dot_k_rows::<N>(t, w, a, out)
+    }
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn avx512<const N: usize>(t: QType, w: &[u8], a: &[KActRow<'_>; N], out: &mut [[f32; N]]) {
+        dot_avx512::dot_k_rows::<N>(t, w, a, out)
     }
     fn scalar(t: QType, w: &[u8], a: KActRow<'_>) -> f32 {
         dot_scalar::dot_k(t, w, a)
@@ -191,79 +242,85 @@ impl Acts for KActs {
 /// Weight rows per kernel call (the results of a tile stay on the stack).
 const TILE: usize = 16;
 
-fn rows_q<A: Acts>(w: &QMatrix, a: &A, rows: std::ops::Range<usize>, out: Out, kernels: Kernels) {
+/// Bytes of quantized activations a block of tokens may take: the tokens of
+/// a block meet every row tile of the chunk while they stay in the L2 cache.
+const TOKEN_BLOCK_BYTES: usize = 512 * 1024;
+
+/// Rows `rows` of `w` for every activation row. Tokens go in blocks that fit
+/// the cache; within a block, each tile of [`TILE`] weight rows meets the
+/// tokens eight (AVX-512) or four at a time, then the remainder by halves.
+/// How tokens are grouped never changes a result: the kernels compute each
+/// token's sum in the same order whatever their `N`.
+fn rows_q<A: Acts>(w: &QMatrix, a: &A, rows: std::ops::Range<usize>, out: Out, set: Set) {
     let tokens = a.rows();
-    let mut t0 = 0;
-    while t0 < tokens {
-        match tokens - t0 {
-            1 => dot_n::<A, 1>(w, rows.clone(), a, t0, out, kernels),
-            2 => dot_n::<A, 2>(w, rows.clone(), a, t0, out, kernels),
-            3 => dot_n::<A, 3>(w, rows.clone(), a, t0, out, kernels),
-            _ => dot_n::<A, 4>(w, rows.clone(), a, t0, out, kernels),
+    let group = if set == Set::Avx512 { 8 } else { 4 };
+    let block = (TOKEN_BLOCK_BYTES / w.cols.max(1)).max(group) / group * group;
+    for tb in (0..tokens).step_by(block) {
+        let te = (tb + block).min(tokens);
+        for r0 in rows.clone().step_by(TILE) {
+            let tile = r0..(r0 + TILE).min(rows.end);
+            let mut t = tb;
+            while t < te {
+                let n = match te - t {
+                    n if n >= 8 && group == 8 => 8,
+                    n if n >= 4 => 4,
+                    n if n >= 2 => 2,
+                    _ => 1,
+                };
+                match n {
+                    8 => dot_n::<A, 8>(w, tile.clone(), a, t, out, set),
+                    4 => dot_n::<A, 4>(w, tile.clone(), a, t, out, set),
+                    2 => dot_n::<A, 2>(w, tile.clone(), a, t, out, set),
+                    _ => dot_n::<A, 1>(w, tile.clone(), a, t, out, set),
+                }
+                t += n;
+            }
         }
-        t0 += (tokens - t0).min(4);
     }
 }
 
-/// Rows `rows` of `w` times activation rows `t0..t0 + N` into the output.
-fn dot_n<A: Acts, const N: usize>(
-    w: &QMatrix,
-    rows: std::ops::Range<usize>,
-    a: &A,
-    t0: usize,
-    out: Out,
-    kernels: Kernels,
-) {
+/// Rows `rows` (at most [`TILE`]) of `w` times activation rows `t0..t0 + N`
+/// into the output.
+fn dot_n<A: Acts, const N: usize>(w: &QMatrix, rows: std::ops::Range<usize>, a: &A, t0: usize, out: Out, set: Set) {
     let acts: [A::Row<'_>; N] = std::array::from_fn(|i| a.row(t0 + i));
     let mut o = [[0f32; N]; TILE];
-    let mut r0 = rows.start;
-    while r0 < rows.end {
-        let n = (rows.end - r0).min(TILE);
-        match kernels {
-            #[cfg(target_arch = "x86_64")]
-            Kernels::Simd => {
-                let bytes = &w.data.as_slice()[r0 * w.row_bytes..(r0 + n) * w.row_bytes];
-                // SAFETY: `Kernels::Simd` is only chosen when the CPU has AVX2, FMA and F16C.
-                unsafe { A::simd::<N>(w.qtype, bytes, &acts, &mut o[..n]) };
-            }
-            _ => {
-                for (k, o) in o[..n].iter_mut().enumerate() {
-                    for i in 0..N {
-                        o[i] = A::scalar(w.qtype, w.row(r0 + k), acts[i]);
-                    }
+    let (r0, n) = (rows.start, rows.len());
+    let bytes = &w.data.as_slice()[r0 * w.row_bytes..(r0 + n) * w.row_bytes];
+    match set {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Set::Avx512` is only chosen when the CPU has what it needs.
+        Set::Avx512 => unsafe { A::avx512::<N>(w.qtype, bytes, &acts, &mut o[..n]) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Set::Avx2` is only chosen when the CPU has AVX2, FMA and F16C.
+        Set::Avx2 => unsafe { A::avx2::<N>(w.qtype, bytes, &acts, &mut o[..n]) },
+        _ => {
+            for (k, o) in o[..n].iter_mut().enumerate() {
+                for i in 0..N {
+                    o[i] = A::scalar(w.qtype, w.row(r0 + k), acts[i]);
                 }
             }
         }
-        for (k, vals) in o[..n].iter().enumerate() {
-            for (i, &v) in vals.iter().enumerate() {
-                // SAFETY: (t0 + i, r) is inside the output and only this task
-                // writes row r.
-                unsafe { *out.0.add((t0 + i) * w.rows + r0 + k) = v };
-            }
+    }
+    for (k, vals) in o[..n].iter().enumerate() {
+        for (i, &v) in vals.iter().enumerate() {
+            // SAFETY: (t0 + i, r) is inside the output and only this task
+            // writes row r.
+            unsafe { *out.0.add((t0 + i) * w.rows + r0 + k) = v };
         }
-        r0 += n;
     }
 }
 
-fn rows_f(
-    w: &QMatrix,
-    x: &[f32],
-    cols: usize,
-    tokens: usize,
-    rows: std::ops::Range<usize>,
-    out: Out,
-    kernels: Kernels,
-) {
+fn rows_f(w: &QMatrix, x: &[f32], cols: usize, tokens: usize, rows: std::ops::Range<usize>, out: Out, set: Set) {
     for t in 0..tokens {
         let xt = &x[t * cols..(t + 1) * cols];
         for r in rows.clone() {
-            let v = match kernels {
+            let v = match set {
                 #[cfg(target_arch = "x86_64")]
-                // SAFETY: `Kernels::Simd` is only chosen when the CPU has AVX2, FMA and F16C.
-                Kernels::Simd => unsafe { dot_avx2::dot_f(w.qtype, w.row(r), xt) },
+                // SAFETY: both SIMD sets are only chosen when the CPU has AVX2, FMA and F16C.
+                Set::Avx512 | Set::Avx2 => unsafe { dot_avx2::dot_f(w.qtype, w.row(r), xt) },
                 _ => dot_scalar::dot_f(w.qtype, w.row(r), xt),
             };
-            // SAFETY: as in `rows_q`.
+            // SAFETY: as in `dot_n`.
             unsafe { *out.0.add(t * w.rows + r) = v };
         }
     }

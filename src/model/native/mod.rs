@@ -3,8 +3,9 @@
 //!
 //! - [`quant`]: the GGUF block formats (F32, F16, Q4_0, Q4_1, Q5_0, Q5_1,
 //!   Q8_0, Q4_K, Q5_K, Q6_K) and the 8-bit activation blocks.
-//! - [`dot_scalar`], [`dot_avx2`]: weight-row × activation dot products,
-//!   portable and AVX2/FMA/F16C (chosen at run time).
+//! - [`dot_scalar`], [`dot_avx2`], [`dot_avx512`]: weight-row × activation
+//!   dot products, portable, AVX2/FMA/F16C and AVX-512 VNNI (the best the
+//!   CPU has, chosen at run time).
 //! - [`matmul`]: weight matrices and the threaded, token-batched products.
 //! - [`ops`]: norms, rotary embedding, SiLU; [`attn`]: one attention head
 //!   over half-float keys and values.
@@ -23,6 +24,7 @@
 pub mod attn;
 pub mod config;
 pub mod dot_avx2;
+pub mod dot_avx512;
 pub mod dot_scalar;
 pub mod forward;
 pub mod kv;
@@ -44,7 +46,8 @@ use std::path::Path;
 /// size of the activation buffers).
 const CHUNK: usize = 512;
 
-/// Environment variable that forces the portable kernels (`scalar`).
+/// Environment variable that forces the portable kernels (`scalar`) or the
+/// AVX2 products where AVX-512 is present (`avx2`).
 pub const KERNELS_ENV: &str = "THEMISTO_NATIVE_KERNELS";
 
 /// Why the native engine cannot run a file, or `None` when it can.
@@ -85,8 +88,11 @@ impl NativeModel {
     }
 
     pub fn from_transformer(net: Transformer) -> NativeModel {
-        let forced_scalar = std::env::var(KERNELS_ENV).map(|v| v == "scalar").unwrap_or(false);
-        let kernels = if forced_scalar { Kernels::Scalar } else { Kernels::detect() };
+        let kernels = match std::env::var(KERNELS_ENV).as_deref() {
+            Ok("scalar") => Kernels::Scalar,
+            Ok("avx2") => Kernels::Avx2,
+            _ => Kernels::detect(),
+        };
         NativeModel { slots: vec![Slot::new(&net.cfg)], net, kernels }
     }
 
@@ -106,13 +112,9 @@ impl NativeModel {
     }
 
     /// How the weights are held, for model info: "as stored (Q4_1 ×210,
-    /// Q8_0 ×1), AVX2 kernels".
+    /// Q8_0 ×1), AVX-512 VNNI kernels".
     pub fn description(&self) -> String {
-        let k = match self.kernels {
-            Kernels::Simd => "AVX2",
-            Kernels::Scalar => "portable",
-        };
-        format!("as stored ({}), {k} kernels", self.weight_types())
+        format!("as stored ({}), {} kernels", self.weight_types(), self.kernels.name())
     }
 
     /// The weight types in use, e.g. "Q4_1 ×210, Q8_0 ×1".

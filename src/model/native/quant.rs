@@ -347,6 +347,9 @@ pub struct KActs {
     pub d: Vec<f32>,
     /// Σq per 16 values.
     pub bsums: Vec<i16>,
+    /// `d·Σq` per 32 values (the AVX-512 Q4_K/Q5_K kernels take the
+    /// minimums' term as one float dot product with these).
+    pub dsums: Vec<f32>,
 }
 
 /// One row of [`KActs`].
@@ -355,6 +358,7 @@ pub struct KActRow<'a> {
     pub qs: &'a [i8],
     pub d: &'a [f32],
     pub bsums: &'a [i16],
+    pub dsums: &'a [f32],
 }
 
 impl KActs {
@@ -363,12 +367,21 @@ impl KActs {
     pub fn quantize(x: &[f32], cols: usize) -> KActs {
         assert!(cols.is_multiple_of(QK_K) && x.len().is_multiple_of(cols), "activation rows of {cols} values");
         let nsb = x.len() / QK_K;
-        let mut a = KActs { cols, qs: vec![0; x.len()], d: vec![0.0; nsb], bsums: vec![0; x.len() / 16] };
+        let mut a = KActs {
+            cols,
+            qs: vec![0; x.len()],
+            d: vec![0.0; nsb],
+            bsums: vec![0; x.len() / 16],
+            dsums: vec![0.0; x.len() / 32],
+        };
         for (b, blk) in x.chunks_exact(QK_K).enumerate() {
             a.d[b] = quantize_block(blk, &mut a.qs[QK_K * b..QK_K * (b + 1)]);
         }
         for (s, q) in a.bsums.iter_mut().zip(a.qs.chunks_exact(16)) {
             *s = q.iter().map(|&v| v as i16).sum();
+        }
+        for (i, s) in a.dsums.iter_mut().enumerate() {
+            *s = a.d[i / 8] * (a.bsums[2 * i] as i32 + a.bsums[2 * i + 1] as i32) as f32;
         }
         a
     }
@@ -383,6 +396,7 @@ impl KActs {
             qs: &self.qs[r * self.cols..(r + 1) * self.cols],
             d: &self.d[r * nsb..(r + 1) * nsb],
             bsums: &self.bsums[r * self.cols / 16..(r + 1) * self.cols / 16],
+            dsums: &self.dsums[r * self.cols / 32..(r + 1) * self.cols / 32],
         }
     }
 }

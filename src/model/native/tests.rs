@@ -3,11 +3,16 @@
 //! kernels against the portable ones.
 
 use super::dot_avx2;
+use super::dot_avx512;
 use super::dot_scalar;
 use super::matmul::{matmul, Bytes, Kernels, QMatrix};
 use super::quant::{dequantize_row, f16_to_f32, KActs, QActs, QType};
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
+
+/// Every kernel set (on a CPU without AVX-512 or AVX2, `Simd` and `Avx2`
+/// fall back to what it has, so the list is always safe to run).
+const KERNEL_SETS: [Kernels; 3] = [Kernels::Scalar, Kernels::Avx2, Kernels::Simd];
 
 const TYPES: [(GgmlDType, QType); 10] = [
     (GgmlDType::F32, QType::F32),
@@ -161,7 +166,7 @@ fn threaded_matmul_matches_row_by_row_dots() {
     let (wa, _) = quantized(GgmlDType::Q4_1, QType::Q4_1, 37, cols, 1);
     let (wb, _) = quantized(GgmlDType::Q6K, QType::Q6K, 19, cols, 2);
     let x = values(5 * cols, 8, 1.0);
-    for kernels in [Kernels::Scalar, Kernels::detect()] {
+    for kernels in KERNEL_SETS {
         let mut ya = vec![0f32; 5 * 37];
         let mut yb = vec![0f32; 5 * 19];
         matmul(&mut [(&wa, &mut ya[..]), (&wb, &mut yb[..])], &x, 5, kernels);
@@ -285,14 +290,15 @@ fn simd_kquant_kernels_match_scalar_kernels() {
 
 /// Batched decoding rests on this: a row of a multi-token product is
 /// bit-identical to the same row computed alone, for every weight type,
-/// tile remainders included, with both kernel sets.
+/// token groups of 8 and 4 and their remainders included, with every kernel
+/// set.
 #[test]
 fn each_row_of_a_multi_token_product_equals_the_row_alone() {
     let cols = 256;
     for (dt, q) in TYPES {
         let (w, _) = quantized(dt, q, 13, cols, 3);
-        for kernels in [Kernels::Scalar, Kernels::detect()] {
-            for tokens in [2usize, 4, 5, 9] {
+        for kernels in KERNEL_SETS {
+            for tokens in [2usize, 4, 5, 8, 9, 15, 17] {
                 let x = values(tokens * cols, 11, 1.0);
                 let mut all = vec![0f32; tokens * 13];
                 matmul(&mut [(&w, &mut all[..])], &x, tokens, kernels);
@@ -303,6 +309,54 @@ fn each_row_of_a_multi_token_product_equals_the_row_alone() {
                     assert!(same, "{q:?} {kernels:?}: row {t} of {tokens} differs from the row alone");
                 }
             }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn avx512_kernels_match_scalar_kernels() {
+    if !dot_avx512::available() {
+        eprintln!("no AVX-512 VNNI: AVX-512 kernels not tested");
+        return;
+    }
+    let cols = 1024;
+    for (dt, q) in TYPES.iter().copied().filter(|(_, q)| !q.is_float()) {
+        let (m, _) = quantized(dt, q, 3, cols, 21);
+        let x = values(8 * cols, 4, 1.5);
+        let bytes: Vec<u8> = (0..3).flat_map(|r| m.row(r).to_vec()).collect();
+        let (a, ka) = (QActs::quantize(&x, cols), KActs::quantize(&x, cols));
+        let want = |r: usize, t: usize| {
+            if q.is_kquant() {
+                dot_scalar::dot_k(q, m.row(r), ka.row(t))
+            } else {
+                dot_scalar::dot_q(q, m.row(r), a.row(t))
+            }
+        };
+        let mut o8 = [[0f32; 8]; 3];
+        let mut o1 = [[0f32; 1]; 3];
+        // SAFETY: checked `available` above.
+        unsafe {
+            if q.is_kquant() {
+                let acts: [_; 8] = std::array::from_fn(|t| ka.row(t));
+                dot_avx512::dot_k_rows::<8>(q, &bytes, &acts, &mut o8);
+                dot_avx512::dot_k_rows::<1>(q, &bytes, &[ka.row(5)], &mut o1);
+            } else {
+                let acts: [_; 8] = std::array::from_fn(|t| a.row(t));
+                dot_avx512::dot_q_rows::<8>(q, &bytes, &acts, &mut o8);
+                dot_avx512::dot_q_rows::<1>(q, &bytes, &[a.row(5)], &mut o1);
+            }
+        }
+        for r in 0..3 {
+            for (t, &got) in o8[r].iter().enumerate() {
+                let want = want(r, t);
+                assert!(
+                    (got - want).abs() <= 1e-4 * want.abs().max(1.0),
+                    "{} row {r} token {t}: {got} vs {want}",
+                    q.name()
+                );
+            }
+            assert_eq!(o1[r][0].to_bits(), o8[r][5].to_bits(), "{}: one token and eight tokens agree", q.name());
         }
     }
 }

@@ -1,0 +1,456 @@
+//! AVX-512 (F, BW, VL) and VNNI dot products of one weight row with `N`
+//! activation rows at once (N = 1 while generating, up to 8 while reading a
+//! prompt): the kernel set [`super::matmul::Kernels::Simd`] runs on CPUs that
+//! have these instructions.
+//!
+//! The k-quant types meet Q8_K activations as in [`super::dot_avx2`], on
+//! 64 values per instruction: each super-block's weights are unpacked once
+//! into four 64-byte vectors of unsigned quants (and their sub-block scales
+//! into four vectors of 16-bit lanes), then, for each token, `vpmaddubsw`
+//! multiplies them with the activations and `vpdpwssd` weights the pair sums
+//! by the scales and accumulates them in i32 (one instruction where AVX2 needs
+//! two). One conversion and two float operations per super-block and token
+//! follow. The 32-value block types meet Q8_0-style activations with
+//! `vpdpbusd` on 256-bit vectors (AVX-512 VL), one block per vector.
+//!
+//! Each token's sum is computed by the same instructions in the same order
+//! whatever `N` is, so a row of a multi-token product equals the row alone.
+//! Only the order of the float sums differs from [`super::dot_scalar`].
+//!
+//! Every function here requires the features [`available`] checks.
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::{
+    __m128i, __m256, __m256i, __m512i, _mm256_add_ps, _mm256_and_si256, _mm256_broadcastsi128_si256, _mm256_cmpeq_epi8,
+    _mm256_cvtepi32_ps, _mm256_cvtepi8_epi16, _mm256_cvtepu8_epi32, _mm256_dpbusd_epi32, _mm256_fmadd_ps,
+    _mm256_loadu_ps, _mm256_loadu_si256, _mm256_mul_ps, _mm256_or_si256, _mm256_set1_epi32, _mm256_set1_epi64x,
+    _mm256_set1_epi8, _mm256_set1_ps, _mm256_set_epi32, _mm256_set_epi64x, _mm256_setzero_ps, _mm256_setzero_si256,
+    _mm256_shuffle_epi8, _mm256_sign_epi8, _mm256_slli_epi16, _mm256_srlv_epi32, _mm256_storeu_ps, _mm256_sub_epi16,
+    _mm512_and_si512, _mm512_broadcast_i64x4, _mm512_castsi128_si512, _mm512_castsi256_si512, _mm512_cvtepi32_ps,
+    _mm512_fmadd_ps, _mm512_fnmadd_ps, _mm512_loadu_ps, _mm512_loadu_si512, _mm512_madd_epi16, _mm512_maddubs_epi16,
+    _mm512_mask_add_epi8, _mm512_mask_blend_epi16, _mm512_mul_ps, _mm512_or_si512, _mm512_permutexvar_epi16,
+    _mm512_reduce_add_ps, _mm512_set1_epi16, _mm512_set1_epi8, _mm512_set1_ps, _mm512_setzero_ps, _mm512_shuffle_i64x2,
+    _mm512_sllv_epi16, _mm512_srli_epi16, _mm512_srlv_epi16, _mm512_test_epi8_mask, _mm512_zextps256_ps512,
+    _mm512_zextsi256_si512, _mm_cvtepu8_epi16, _mm_cvtph_ps, _mm_cvtsi32_si128, _mm_cvtss_f32, _mm_loadl_epi64,
+    _mm_loadu_si128, _mm_movehdup_ps, _mm_prefetch, _MM_HINT_T0,
+};
+
+use super::quant::{ActRow, KActRow, QType, QK, QK_K};
+
+/// True when this CPU has AVX2, FMA, F16C, AVX-512 F/BW/VL and AVX-512 VNNI.
+pub fn available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        super::dot_avx2::available()
+            && is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512vl")
+            && is_x86_feature_detected!("avx512vnni")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn f16_at(p: *const u8) -> f32 {
+    let h = std::ptr::read_unaligned(p as *const u16);
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
+}
+
+/// How far ahead of the block being read the weights are prefetched. While
+/// generating, the products stream the weights from memory once per token
+/// and one core's bandwidth is bound by how many lines it has in flight.
+const PREFETCH: usize = 2048;
+
+/// Ask for the cache lines of the `len` bytes [`PREFETCH`] bytes past `p`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn prefetch(p: *const u8, len: usize) {
+    let ahead = p.wrapping_add(PREFETCH);
+    let mut off = 0;
+    while off < len {
+        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(off) as *const i8);
+        off += 64;
+    }
+}
+
+/// `out[r][t] = Σ w[r]·a[t]` for the `out.len()` consecutive k-quant weight
+/// rows in `w` and Q8_K activation rows.
+///
+/// # Safety
+/// The CPU must have the features [`available`] checks.
+#[cfg(target_arch = "x86_64")]
+pub unsafe fn dot_k_rows<const N: usize>(t: QType, w: &[u8], a: &[KActRow<'_>; N], out: &mut [[f32; N]]) {
+    let nsb = a[0].d.len();
+    let rb = t.row_bytes(nsb * QK_K);
+    assert_eq!(w.len(), rb * out.len(), "weight rows length");
+    for r in a.iter() {
+        assert!(r.qs.len() == nsb * QK_K && r.d.len() == nsb && r.bsums.len() == 16 * nsb, "activation row length");
+    }
+    match t {
+        QType::Q4K => rows_k45::<false, N>(w, rb, a, out),
+        QType::Q5K => rows_k45::<true, N>(w, rb, a, out),
+        QType::Q6K => rows_q6k::<N>(w, rb, a, out),
+        _ => panic!("{} is not a k-quant type", t.name()),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn rows_k45<const Q5: bool, const N: usize>(w: &[u8], rb: usize, a: &[KActRow<'_>; N], out: &mut [[f32; N]]) {
+    for (r, o) in out.iter_mut().enumerate() {
+        k45::<Q5, N>(w.get_unchecked(r * rb..(r + 1) * rb), a, o);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn rows_q6k<const N: usize>(w: &[u8], rb: usize, a: &[KActRow<'_>; N], out: &mut [[f32; N]]) {
+    for (r, o) in out.iter_mut().enumerate() {
+        q6k::<N>(w.get_unchecked(r * rb..(r + 1) * rb), a, o);
+    }
+}
+
+/// 32 lanes of 16 bits: `x` in lanes 0..16, `y` in lanes 16..32 (the two
+/// halves of a `vpmaddubsw` result over 64 values).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn halves_epi16(x: i16, y: i16) -> __m512i {
+    _mm512_mask_blend_epi16(0xffff_0000, _mm512_set1_epi16(x), _mm512_set1_epi16(y))
+}
+
+/// 32 lanes of 16 bits, lane `i` holding `first + i / 8` (four groups of 16
+/// values per `vpmaddubsw` result over 64 values, as Q6_K scales them).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn quarters_epi16(first: i16) -> __m512i {
+    let lo = _mm512_mask_blend_epi16(0x0000_ff00, _mm512_set1_epi16(first), _mm512_set1_epi16(first + 1));
+    let hi = _mm512_mask_blend_epi16(0xff00_0000, _mm512_set1_epi16(first + 2), _mm512_set1_epi16(first + 3));
+    _mm512_mask_blend_epi16(0xffff_0000, lo, hi)
+}
+
+/// 64 bytes: `x` in bytes 0..32, `y` in bytes 32..64.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn halves_epi8(x: u8, y: u8) -> __m512i {
+    // As 16-bit lanes, each byte pair holds the same byte twice.
+    let (x, y) = ((x as i16) * 0x0101, (y as i16) * 0x0101);
+    halves_epi16(x, y)
+}
+
+/// Super-blocks per pass of [`k45`]: the weight side of the minimums'
+/// term waits on the stack for the pass's float dot product.
+const K45_PASS: usize = 32;
+
+/// Q4_K and Q5_K: per super-block, four vectors of 64 unsigned quants (two
+/// 32-value sub-blocks each, in value order) and their scales as 16-bit
+/// lanes, then per token four `vpmaddubsw` and four `vpdpwssd`, one
+/// conversion and one multiply-add with `d·d_a`. The minimums' term,
+/// `Σ dmin·m_j · d_a·Σq_j` over the sub-blocks, is a float dot product of the
+/// row's `dmin·m_j` (kept on the stack for up to [`K45_PASS`] super-blocks)
+/// with the activations' `dsums`, once per pass and token.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn k45<const Q5: bool, const N: usize>(w: &[u8], a: &[KActRow<'_>; N], out: &mut [f32; N]) {
+    let (bb, qs_off) = if Q5 { (176, 48) } else { (144, 16) };
+    let nsb = w.len() / bb;
+    let low = _mm512_set1_epi8(0x0f);
+    let sixteen = _mm512_set1_epi8(0x10);
+    let sc_idx = [halves_epi16(0, 1), halves_epi16(2, 3), halves_epi16(4, 5), halves_epi16(6, 7)];
+    let hb = [halves_epi8(1, 2), halves_epi8(4, 8), halves_epi8(16, 32), halves_epi8(64, 128)];
+    let mut acc = [_mm512_setzero_ps(); N];
+    let mut mins = [0f32; 8 * K45_PASS];
+    let mut sb0 = 0;
+    while sb0 < nsb {
+        let pass = (nsb - sb0).min(K45_PASS);
+        for k in 0..pass {
+            let sb = sb0 + k;
+            let p = w.as_ptr().add(bb * sb);
+            prefetch(p, bb);
+            let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(std::ptr::read_unaligned(p as *const i32)));
+            let d = _mm512_set1_ps(_mm_cvtss_f32(dm));
+            let dmin = _mm256_set1_ps(_mm_cvtss_f32(_mm_movehdup_ps(dm)));
+            let (sc, mn) = scales_mins(p.add(4));
+            let sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64(sc.as_ptr() as *const __m128i)));
+            let scale = sc_idx.map(|i| _mm512_permutexvar_epi16(i, sc16));
+            let mn32 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(mn.as_ptr() as *const __m128i));
+            _mm256_storeu_ps(mins.as_mut_ptr().add(8 * k), _mm256_mul_ps(_mm256_cvtepi32_ps(mn32), dmin));
+            let mut v = [_mm512_and_si512(low, low); 4];
+            for m in 0..2 {
+                // Bytes 64m..64m + 64 of the quants: low nibbles are sub-blocks
+                // 4m and 4m + 2, high nibbles 4m + 1 and 4m + 3.
+                let x = _mm512_loadu_si512(p.add(qs_off + 64 * m) as *const __m512i);
+                let lo = _mm512_and_si512(x, low);
+                let hi = _mm512_and_si512(_mm512_srli_epi16(x, 4), low);
+                v[2 * m] = _mm512_shuffle_i64x2::<0x44>(lo, hi);
+                v[2 * m + 1] = _mm512_shuffle_i64x2::<0xee>(lo, hi);
+            }
+            if Q5 {
+                // Bit j of high-bit byte l is the fifth bit of value l of sub-block j.
+                let qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(p.add(16) as *const __m256i));
+                for k in 0..4 {
+                    v[k] = _mm512_mask_add_epi8(v[k], _mm512_test_epi8_mask(qh, hb[k]), v[k], sixteen);
+                }
+            }
+            for i in 0..N {
+                let r = &a[i];
+                let q8 = r.qs.as_ptr().add(QK_K * sb);
+                let ld = |k: usize| _mm512_loadu_si512(q8.add(64 * k) as *const __m512i);
+                let mut s = _mm512_madd_epi16(_mm512_maddubs_epi16(v[0], ld(0)), scale[0]);
+                s = dpwssd(s, _mm512_maddubs_epi16(v[1], ld(1)), scale[1]);
+                s = dpwssd(s, _mm512_maddubs_epi16(v[2], ld(2)), scale[2]);
+                s = dpwssd(s, _mm512_maddubs_epi16(v[3], ld(3)), scale[3]);
+                let dd = _mm512_mul_ps(d, _mm512_set1_ps(*r.d.get_unchecked(sb)));
+                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), dd, acc[i]);
+            }
+        }
+        // The minimums' term of this pass: 8 floats per super-block.
+        for i in 0..N {
+            let ds = a[i].dsums.as_ptr().add(8 * sb0);
+            let mut k = 0;
+            while k + 2 <= pass {
+                let mv = _mm512_loadu_ps(mins.as_ptr().add(8 * k));
+                acc[i] = _mm512_fnmadd_ps(mv, _mm512_loadu_ps(ds.add(8 * k)), acc[i]);
+                k += 2;
+            }
+            if k < pass {
+                let mv = _mm512_zextps256_ps512(_mm256_loadu_ps(mins.as_ptr().add(8 * k)));
+                let dv = _mm512_zextps256_ps512(_mm256_loadu_ps(ds.add(8 * k)));
+                acc[i] = _mm512_fnmadd_ps(mv, dv, acc[i]);
+            }
+        }
+        sb0 += pass;
+    }
+    for i in 0..N {
+        out[i] = _mm512_reduce_add_ps(acc[i]);
+    }
+}
+
+/// `acc + Σ pairs a·b` (16-bit lanes, i32 sums): `vpdpwssd`, written out so
+/// that the compiler does not split it into `vpmaddwd` and `vpaddd`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn dpwssd(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
+    let mut r = acc;
+    std::arch::asm!(
+        "vpdpwssd {r}, {a}, {b}",
+        r = inout(zmm_reg) r,
+        a = in(zmm_reg) a,
+        b = in(zmm_reg) b,
+        options(pure, nomem, nostack),
+    );
+    r
+}
+
+/// The eight 6-bit scales and eight 6-bit minimums of a Q4_K/Q5_K
+/// super-block from its 12 packed bytes at `p`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn scales_mins(p: *const u8) -> ([u8; 8], [u8; 8]) {
+    const LOW6: u32 = 0x3f3f_3f3f;
+    const LOW4: u32 = 0x0f0f_0f0f;
+    const TOP2: u32 = 0x0303_0303;
+    let u0 = std::ptr::read_unaligned(p as *const u32);
+    let u1 = std::ptr::read_unaligned(p.add(4) as *const u32);
+    let u2 = std::ptr::read_unaligned(p.add(8) as *const u32);
+    let sc_lo = u0 & LOW6;
+    let sc_hi = (u2 & LOW4) | (((u0 >> 6) & TOP2) << 4);
+    let mn_lo = u1 & LOW6;
+    let mn_hi = ((u2 >> 4) & LOW4) | (((u1 >> 6) & TOP2) << 4);
+    let sc = ((sc_hi as u64) << 32 | sc_lo as u64).to_le_bytes();
+    let mn = ((mn_hi as u64) << 32 | mn_lo as u64).to_le_bytes();
+    (sc, mn)
+}
+
+/// Q6_K: per super-block, four vectors of 64 unsigned quants (0..64, in
+/// value order) and their 8-bit scales as 16-bit lanes; the offset of 32
+/// goes through the activation sums per 16, in integers.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn q6k<const N: usize>(w: &[u8], a: &[KActRow<'_>; N], out: &mut [f32; N]) {
+    let nsb = w.len() / 210;
+    let low = _mm512_set1_epi8(0x0f);
+    let top = _mm512_set1_epi8(0x30);
+    let sc_idx = [quarters_epi16(0), quarters_epi16(4), quarters_epi16(8), quarters_epi16(12)];
+    // The two high bits of values 32k + l sit at bits 2k, 2k + 1 of byte l;
+    // shifted to bits 4 and 5: left by 4 and 2 (k = 0, 1), right by 0 and 2.
+    let shl = halves_epi16(4, 2);
+    let shr = halves_epi16(0, 2);
+    let mut acc = [_mm512_setzero_ps(); N];
+    for sb in 0..nsb {
+        let p = w.as_ptr().add(210 * sb);
+        prefetch(p, 210);
+        let d = f16_at(p.add(208));
+        let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(p.add(192) as *const __m128i));
+        let scz = _mm512_castsi256_si512(sc16);
+        let scale = sc_idx.map(|i| _mm512_permutexvar_epi16(i, scz));
+        // −32·scale, to take the offset off with the sums per 16.
+        let off = _mm512_zextsi256_si512(_mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(sc16, 5)));
+        let mut v = [_mm512_and_si512(low, low); 4];
+        for n in 0..2 {
+            let l = _mm512_loadu_si512(p.add(64 * n) as *const __m512i);
+            let h = _mm512_broadcast_i64x4(_mm256_loadu_si256(p.add(128 + 32 * n) as *const __m256i));
+            v[2 * n] = _mm512_or_si512(_mm512_and_si512(l, low), _mm512_and_si512(_mm512_sllv_epi16(h, shl), top));
+            v[2 * n + 1] = _mm512_or_si512(
+                _mm512_and_si512(_mm512_srli_epi16(l, 4), low),
+                _mm512_and_si512(_mm512_srlv_epi16(h, shr), top),
+            );
+        }
+        for i in 0..N {
+            let r = &a[i];
+            let q8 = r.qs.as_ptr().add(QK_K * sb);
+            let ld = |k: usize| _mm512_loadu_si512(q8.add(64 * k) as *const __m512i);
+            let mut s = _mm512_madd_epi16(_mm512_maddubs_epi16(v[0], ld(0)), scale[0]);
+            s = dpwssd(s, _mm512_maddubs_epi16(v[1], ld(1)), scale[1]);
+            s = dpwssd(s, _mm512_maddubs_epi16(v[2], ld(2)), scale[2]);
+            s = dpwssd(s, _mm512_maddubs_epi16(v[3], ld(3)), scale[3]);
+            let bs = _mm512_zextsi256_si512(_mm256_loadu_si256(r.bsums.as_ptr().add(16 * sb) as *const __m256i));
+            s = dpwssd(s, off, bs);
+            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(d * *r.d.get_unchecked(sb)), acc[i]);
+        }
+    }
+    for i in 0..N {
+        out[i] = _mm512_reduce_add_ps(acc[i]);
+    }
+}
+
+/// `out[r][t] = Σ w[r]·a[t]` for the `out.len()` consecutive weight rows of
+/// a 32-value block type in `w`.
+///
+/// # Safety
+/// The CPU must have the features [`available`] checks.
+#[cfg(target_arch = "x86_64")]
+pub unsafe fn dot_q_rows<const N: usize>(t: QType, w: &[u8], a: &[ActRow<'_>; N], out: &mut [[f32; N]]) {
+    let nb = a[0].d.len();
+    let rb = t.row_bytes(nb * QK);
+    assert_eq!(w.len(), rb * out.len(), "weight rows length");
+    for r in a.iter() {
+        assert!(r.qs.len() == nb * QK && r.d.len() == nb && r.s.len() == nb, "activation row length");
+    }
+    match t {
+        QType::Q4_0 => rows_b32::<T_Q4_0, N>(w, rb, a, out),
+        QType::Q4_1 => rows_b32::<T_Q4_1, N>(w, rb, a, out),
+        QType::Q5_0 => rows_b32::<T_Q5_0, N>(w, rb, a, out),
+        QType::Q5_1 => rows_b32::<T_Q5_1, N>(w, rb, a, out),
+        QType::Q8_0 => rows_b32::<T_Q8_0, N>(w, rb, a, out),
+        QType::Q4K | QType::Q5K | QType::Q6K => panic!("k-quant weights use dot_k_rows"),
+        QType::F32 | QType::F16 => panic!("float weights use dot_f"),
+    }
+}
+
+/// Weight-type codes for the const-generic 32-value block kernel.
+const T_Q4_0: u8 = 0;
+const T_Q4_1: u8 = 1;
+const T_Q5_0: u8 = 2;
+const T_Q5_1: u8 = 3;
+const T_Q8_0: u8 = 4;
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn rows_b32<const T: u8, const N: usize>(w: &[u8], rb: usize, a: &[ActRow<'_>; N], out: &mut [[f32; N]]) {
+    for (r, o) in out.iter_mut().enumerate() {
+        b32::<T, N>(w.get_unchecked(r * rb..(r + 1) * rb), a, o);
+    }
+}
+
+/// 32 bits to 32 bytes: 0x10 where bit i is set, else 0.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn high_bits(qh: u32) -> __m256i {
+    let v = _mm256_set1_epi32(qh as i32);
+    let pick = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+    let v = _mm256_shuffle_epi8(v, pick);
+    let bit = _mm256_set1_epi64x(0x8040201008040201u64 as i64);
+    let set = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+    _mm256_and_si256(set, _mm256_set1_epi8(0x10))
+}
+
+/// One row of Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0 (the type is a constant so
+/// that each kernel is straight-line code): per block and token one
+/// `vpdpbusd` of unsigned quants with the signed activations, one conversion
+/// and one multiply-add; the offset or minimum through the activation block
+/// sums (`d·Σq`), as in the portable kernel. Q8_0's signed quants take the
+/// sign trick instead. Even and odd blocks go to separate accumulators, so
+/// that one token's multiply-adds do not wait on each other.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn b32<const T: u8, const N: usize>(w: &[u8], a: &[ActRow<'_>; N], out: &mut [f32; N]) {
+    let nb = a[0].d.len();
+    let mut acc = [[_mm256_setzero_ps(); N]; 2];
+    let mut corr = [[0f32; N]; 2];
+    for b in 0..nb {
+        b32_step::<T, N>(w, a, b, &mut acc[b & 1], &mut corr[b & 1]);
+    }
+    for i in 0..N {
+        out[i] = super::dot_avx2::hsum(_mm256_add_ps(acc[0][i], acc[1][i])) + (corr[0][i] + corr[1][i]);
+    }
+}
+
+/// Block `b` of a 32-value-block row into the accumulators.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn b32_step<const T: u8, const N: usize>(
+    w: &[u8],
+    a: &[ActRow<'_>; N],
+    b: usize,
+    acc: &mut [__m256; N],
+    corr: &mut [f32; N],
+) {
+    let (bb, qs_off) = match T {
+        T_Q4_0 => (18, 2),
+        T_Q4_1 => (20, 4),
+        T_Q5_0 => (22, 6),
+        T_Q5_1 => (24, 8),
+        _ => (34, 2),
+    };
+    let p = w.as_ptr().add(bb * b);
+    prefetch(p, bb);
+    let (d, m) = match T {
+        T_Q4_1 | T_Q5_1 => {
+            let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(std::ptr::read_unaligned(p as *const i32)));
+            (_mm_cvtss_f32(dm), _mm_cvtss_f32(_mm_movehdup_ps(dm)))
+        }
+        T_Q4_0 => {
+            let d = f16_at(p);
+            (d, -8.0 * d)
+        }
+        T_Q5_0 => {
+            let d = f16_at(p);
+            (d, -16.0 * d)
+        }
+        _ => (f16_at(p), 0.0),
+    };
+    let q = if T == T_Q8_0 {
+        _mm256_loadu_si256(p.add(2) as *const __m256i)
+    } else {
+        // 16 bytes to both halves, then shift the high half by 4: low
+        // nibbles are values 0..16, high nibbles 16..32.
+        let x = _mm256_broadcastsi128_si256(_mm_loadu_si128(p.add(qs_off) as *const __m128i));
+        let q =
+            _mm256_and_si256(_mm256_srlv_epi32(x, _mm256_set_epi32(4, 4, 4, 4, 0, 0, 0, 0)), _mm256_set1_epi8(0x0f));
+        if T == T_Q5_0 || T == T_Q5_1 {
+            _mm256_or_si256(q, high_bits(std::ptr::read_unaligned(p.add(qs_off - 4) as *const u32)))
+        } else {
+            q
+        }
+    };
+    let qabs = if T == T_Q8_0 { _mm256_sign_epi8(q, q) } else { q };
+    for i in 0..N {
+        let r = &a[i];
+        let mut av = _mm256_loadu_si256(r.qs.as_ptr().add(QK * b) as *const __m256i);
+        if T == T_Q8_0 {
+            av = _mm256_sign_epi8(av, q);
+        }
+        let s = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), qabs, av));
+        acc[i] = _mm256_fmadd_ps(s, _mm256_set1_ps(d * *r.d.get_unchecked(b)), acc[i]);
+        if T != T_Q8_0 {
+            corr[i] = m.mul_add(*r.s.get_unchecked(b), corr[i]);
+        }
+    }
+}
