@@ -137,8 +137,7 @@ unsafe fn quarters_epi16(first: i16) -> __m512i {
 #[inline(always)]
 unsafe fn halves_epi8(x: u8, y: u8) -> __m512i {
     // As 16-bit lanes, each byte pair holds the same byte twice.
-    let (x, y) = ((x as i16) * 0x0101, (y as i16) * 0x0101);
-    halves_epi16(x, y)
+    halves_epi16(i16::from_ne_bytes([x, x]), i16::from_ne_bytes([y, y]))
 }
 
 /// Super-blocks per pass of [`k45`]: the weight side of the minimums'
