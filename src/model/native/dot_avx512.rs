@@ -232,7 +232,8 @@ unsafe fn k45<const Q5: bool, const N: usize>(w: &[u8], a: &[KActRow<'_>; N], ou
 /// `acc + Σ pairs a·b` (16-bit lanes, i32 sums): `vpdpwssd`, written out so
 /// that the compiler does not split it into `vpmaddwd` and `vpaddd`.
 #[cfg(target_arch = "x86_64")]
-#[inline(always)]
+#[target_feature(enable = "avx512f,avx512vnni")]
+#[inline]
 unsafe fn dpwssd(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
     let mut r = acc;
     std::arch::asm!(
