@@ -98,7 +98,7 @@ unsafe fn rows_q8_0<const N: usize>(w: &[u8], rb: usize, a: &[ActRow<'_>; N], ou
 
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn f16_at(p: *const u8) -> f32 {
+pub(super) unsafe fn f16_at(p: *const u8) -> f32 {
     let h = std::ptr::read_unaligned(p as *const u16);
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
 }
@@ -129,7 +129,7 @@ unsafe fn load_act(a: &ActRow<'_>, b: usize) -> __m256i {
 /// 32 bits to 32 bytes: 0x10 where bit i is set, else 0.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn high_bits(qh: u32) -> __m256i {
+pub(super) unsafe fn high_bits(qh: u32) -> __m256i {
     let v = _mm256_set1_epi32(qh as i32);
     let pick = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
     let v = _mm256_shuffle_epi8(v, pick);
@@ -327,7 +327,7 @@ unsafe fn rows_q6k_q8k<const N: usize>(w: &[u8], rb: usize, a: &[KActRow<'_>; N]
 /// super-block from its 12 packed bytes at `p`.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn scales_mins(p: *const u8) -> ([u8; 8], [u8; 8]) {
+pub(super) unsafe fn scales_mins(p: *const u8) -> ([u8; 8], [u8; 8]) {
     const LOW6: u32 = 0x3f3f_3f3f;
     const LOW4: u32 = 0x0f0f_0f0f;
     const TOP2: u32 = 0x0303_0303;

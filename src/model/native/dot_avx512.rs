@@ -21,20 +21,21 @@
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::{
-    __m128i, __m256, __m256i, __m512i, _mm256_add_ps, _mm256_and_si256, _mm256_broadcastsi128_si256, _mm256_cmpeq_epi8,
+    __m128i, __m256, __m256i, __m512i, _mm256_add_ps, _mm256_and_si256, _mm256_broadcastsi128_si256,
     _mm256_cvtepi32_ps, _mm256_cvtepi8_epi16, _mm256_cvtepu8_epi32, _mm256_dpbusd_epi32, _mm256_fmadd_ps,
-    _mm256_loadu_ps, _mm256_loadu_si256, _mm256_mul_ps, _mm256_or_si256, _mm256_set1_epi32, _mm256_set1_epi64x,
-    _mm256_set1_epi8, _mm256_set1_ps, _mm256_set_epi32, _mm256_set_epi64x, _mm256_setzero_ps, _mm256_setzero_si256,
-    _mm256_shuffle_epi8, _mm256_sign_epi8, _mm256_slli_epi16, _mm256_srlv_epi32, _mm256_storeu_ps, _mm256_sub_epi16,
-    _mm512_and_si512, _mm512_broadcast_i64x4, _mm512_castsi128_si512, _mm512_castsi256_si512, _mm512_cvtepi32_ps,
-    _mm512_fmadd_ps, _mm512_fnmadd_ps, _mm512_loadu_ps, _mm512_loadu_si512, _mm512_madd_epi16, _mm512_maddubs_epi16,
-    _mm512_mask_add_epi8, _mm512_mask_blend_epi16, _mm512_mul_ps, _mm512_or_si512, _mm512_permutexvar_epi16,
-    _mm512_reduce_add_ps, _mm512_set1_epi16, _mm512_set1_epi8, _mm512_set1_ps, _mm512_setzero_ps, _mm512_shuffle_i64x2,
-    _mm512_sllv_epi16, _mm512_srli_epi16, _mm512_srlv_epi16, _mm512_test_epi8_mask, _mm512_zextps256_ps512,
-    _mm512_zextsi256_si512, _mm_cvtepu8_epi16, _mm_cvtph_ps, _mm_cvtsi32_si128, _mm_cvtss_f32, _mm_loadl_epi64,
-    _mm_loadu_si128, _mm_movehdup_ps, _mm_prefetch, _MM_HINT_T0,
+    _mm256_loadu_ps, _mm256_loadu_si256, _mm256_mul_ps, _mm256_or_si256, _mm256_set1_epi8, _mm256_set1_ps,
+    _mm256_set_epi32, _mm256_setzero_ps, _mm256_setzero_si256, _mm256_sign_epi8, _mm256_slli_epi16, _mm256_srlv_epi32,
+    _mm256_storeu_ps, _mm256_sub_epi16, _mm512_and_si512, _mm512_broadcast_i64x4, _mm512_castsi128_si512,
+    _mm512_castsi256_si512, _mm512_cvtepi32_ps, _mm512_fmadd_ps, _mm512_fnmadd_ps, _mm512_loadu_ps, _mm512_loadu_si512,
+    _mm512_madd_epi16, _mm512_maddubs_epi16, _mm512_mask_add_epi8, _mm512_mask_blend_epi16, _mm512_mul_ps,
+    _mm512_or_si512, _mm512_permutexvar_epi16, _mm512_reduce_add_ps, _mm512_set1_epi16, _mm512_set1_epi8,
+    _mm512_set1_ps, _mm512_setzero_ps, _mm512_shuffle_i64x2, _mm512_sllv_epi16, _mm512_srli_epi16, _mm512_srlv_epi16,
+    _mm512_test_epi8_mask, _mm512_zextps256_ps512, _mm512_zextsi256_si512, _mm_cvtepu8_epi16, _mm_cvtph_ps,
+    _mm_cvtsi32_si128, _mm_cvtss_f32, _mm_loadl_epi64, _mm_loadu_si128, _mm_movehdup_ps, _mm_prefetch, _MM_HINT_T0,
 };
 
+#[cfg(target_arch = "x86_64")]
+use super::dot_avx2::{f16_at, high_bits, scales_mins};
 use super::quant::{ActRow, KActRow, QType, QK, QK_K};
 
 /// True when this CPU has AVX2, FMA, F16C, AVX-512 F/BW/VL and AVX-512 VNNI.
@@ -51,13 +52,6 @@ pub fn available() -> bool {
     {
         false
     }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-unsafe fn f16_at(p: *const u8) -> f32 {
-    let h = std::ptr::read_unaligned(p as *const u16);
-    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
 }
 
 /// How far ahead of the block being read the weights are prefetched. While
@@ -246,26 +240,6 @@ unsafe fn dpwssd(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
     r
 }
 
-/// The eight 6-bit scales and eight 6-bit minimums of a Q4_K/Q5_K
-/// super-block from its 12 packed bytes at `p`.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-unsafe fn scales_mins(p: *const u8) -> ([u8; 8], [u8; 8]) {
-    const LOW6: u32 = 0x3f3f_3f3f;
-    const LOW4: u32 = 0x0f0f_0f0f;
-    const TOP2: u32 = 0x0303_0303;
-    let u0 = std::ptr::read_unaligned(p as *const u32);
-    let u1 = std::ptr::read_unaligned(p.add(4) as *const u32);
-    let u2 = std::ptr::read_unaligned(p.add(8) as *const u32);
-    let sc_lo = u0 & LOW6;
-    let sc_hi = (u2 & LOW4) | (((u0 >> 6) & TOP2) << 4);
-    let mn_lo = u1 & LOW6;
-    let mn_hi = ((u2 >> 4) & LOW4) | (((u1 >> 6) & TOP2) << 4);
-    let sc = ((sc_hi as u64) << 32 | sc_lo as u64).to_le_bytes();
-    let mn = ((mn_hi as u64) << 32 | mn_lo as u64).to_le_bytes();
-    (sc, mn)
-}
-
 /// Q6_K: per super-block, four vectors of 64 unsigned quants (0..64, in
 /// value order) and their 8-bit scales as 16-bit lanes; the offset of 32
 /// goes through the activation sums per 16, in integers.
@@ -356,18 +330,6 @@ unsafe fn rows_b32<const T: u8, const N: usize>(w: &[u8], rb: usize, a: &[ActRow
     for (r, o) in out.iter_mut().enumerate() {
         b32::<T, N>(w.get_unchecked(r * rb..(r + 1) * rb), a, o);
     }
-}
-
-/// 32 bits to 32 bytes: 0x10 where bit i is set, else 0.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-unsafe fn high_bits(qh: u32) -> __m256i {
-    let v = _mm256_set1_epi32(qh as i32);
-    let pick = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
-    let v = _mm256_shuffle_epi8(v, pick);
-    let bit = _mm256_set1_epi64x(0x8040201008040201u64 as i64);
-    let set = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
-    _mm256_and_si256(set, _mm256_set1_epi8(0x10))
 }
 
 /// One row of Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0 (the type is a constant so
