@@ -20,23 +20,11 @@
 //! Every function here requires the features [`available`] checks.
 
 #[cfg(target_arch = "x86_64")]
-use std::arch::x86_64::{
-    __m128i, __m256, __m256i, __m512i, _mm256_add_ps, _mm256_and_si256, _mm256_broadcastsi128_si256,
-    _mm256_cvtepi32_ps, _mm256_cvtepi8_epi16, _mm256_cvtepu8_epi32, _mm256_dpbusd_epi32, _mm256_fmadd_ps,
-    _mm256_loadu_ps, _mm256_loadu_si256, _mm256_mul_ps, _mm256_or_si256, _mm256_set1_epi8, _mm256_set1_ps,
-    _mm256_set_epi32, _mm256_setzero_ps, _mm256_setzero_si256, _mm256_sign_epi8, _mm256_slli_epi16, _mm256_srlv_epi32,
-    _mm256_storeu_ps, _mm256_sub_epi16, _mm512_and_si512, _mm512_broadcast_i64x4, _mm512_castsi128_si512,
-    _mm512_castsi256_si512, _mm512_cvtepi32_ps, _mm512_fmadd_ps, _mm512_fnmadd_ps, _mm512_loadu_ps, _mm512_loadu_si512,
-    _mm512_madd_epi16, _mm512_maddubs_epi16, _mm512_mask_add_epi8, _mm512_mask_blend_epi16, _mm512_mul_ps,
-    _mm512_or_si512, _mm512_permutexvar_epi16, _mm512_reduce_add_ps, _mm512_set1_epi16, _mm512_set1_epi8,
-    _mm512_set1_ps, _mm512_setzero_ps, _mm512_shuffle_i64x2, _mm512_sllv_epi16, _mm512_srli_epi16, _mm512_srlv_epi16,
-    _mm512_test_epi8_mask, _mm512_zextps256_ps512, _mm512_zextsi256_si512, _mm_cvtepu8_epi16, _mm_cvtph_ps,
-    _mm_cvtsi32_si128, _mm_cvtss_f32, _mm_loadl_epi64, _mm_loadu_si128, _mm_movehdup_ps, _mm_prefetch, _MM_HINT_T0,
-};
+use std::arch::x86_64::*;
 
 #[cfg(target_arch = "x86_64")]
 use super::dot_avx2::{f16_at, high_bits, scales_mins};
-use super::quant::{ActRow, KActRow, QType, QK, QK_K};
+use super::quant::{ActGroup, ActRow, KActRow, QType, GROUP, QK, QK_K};
 
 /// True when this CPU has AVX2, FMA, F16C, AVX-512 F/BW/VL and AVX-512 VNNI.
 pub fn available() -> bool {
@@ -317,6 +305,114 @@ pub unsafe fn dot_q_rows<const N: usize>(t: QType, w: &[u8], a: &[ActRow<'_>; N]
     }
 }
 
+/// [`dot_q_rows`] for a group of [`GROUP`] consecutive activation rows, the
+/// prompt's case: the group's block scales and sums are read as vectors (see
+/// [`b32_group`]). Bit for bit the result of [`dot_q_rows`] on the same rows.
+///
+/// # Safety
+/// The CPU must have the features [`available`] checks.
+#[cfg(target_arch = "x86_64")]
+pub unsafe fn dot_q_group(t: QType, w: &[u8], a: &ActGroup<'_>, out: &mut [[f32; GROUP]]) {
+    let nb = a.cols / QK;
+    let rb = t.row_bytes(a.cols);
+    assert_eq!(w.len(), rb * out.len(), "weight rows length");
+    assert!(a.qs.len() == GROUP * a.cols && a.d.len() == nb * GROUP && a.s.len() == nb * GROUP, "activation group");
+    match t {
+        QType::Q4_0 => rows_group::<T_Q4_0>(w, rb, a, out),
+        QType::Q4_1 => rows_group::<T_Q4_1>(w, rb, a, out),
+        QType::Q5_0 => rows_group::<T_Q5_0>(w, rb, a, out),
+        QType::Q5_1 => rows_group::<T_Q5_1>(w, rb, a, out),
+        QType::Q8_0 => rows_group::<T_Q8_0>(w, rb, a, out),
+        QType::Q4K | QType::Q5K | QType::Q6K => panic!("k-quant weights use dot_k_rows"),
+        QType::F32 | QType::F16 => panic!("float weights use dot_f"),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn rows_group<const T: u8>(w: &[u8], rb: usize, a: &ActGroup<'_>, out: &mut [[f32; GROUP]]) {
+    for (r, o) in out.iter_mut().enumerate() {
+        b32_group::<T>(w.get_unchecked(r * rb..(r + 1) * rb), a, o);
+    }
+}
+
+/// One weight row against a group of [`GROUP`] activation rows, two blocks
+/// per 512-bit vector as in [`b32`]. The group's block scales come as one
+/// vector per block: the scale products of a block for all rows are one
+/// multiply, and each row takes its lanes with one permute; the offsets or
+/// minimums are one multiply-add per block for all rows. Each lane does the
+/// operations [`b32`] does for its row, in the same order.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn b32_group<const T: u8>(w: &[u8], a: &ActGroup<'_>, out: &mut [f32; GROUP]) {
+    let nb = a.cols / QK;
+    let (bb, _) = block_layout::<T>();
+    let mut acc = [_mm512_setzero_ps(); GROUP];
+    let mut corr = [_mm256_setzero_ps(); 2];
+    // Lane i of the first and of the second eight scale products.
+    let pick: [__m512i; GROUP] = std::array::from_fn(|i| {
+        _mm512_mask_blend_epi32(0xff00, _mm512_set1_epi32(i as i32), _mm512_set1_epi32(i as i32 + 8))
+    });
+    let (qs, d, s) = (a.qs.as_ptr(), a.d.as_ptr(), a.s.as_ptr());
+    let mut b = 0;
+    while b + 2 <= nb {
+        let p0 = w.as_ptr().add(bb * b);
+        let p1 = p0.add(bb);
+        prefetch(p0, 2 * bb);
+        let (d0, m0) = block_scale::<T>(p0);
+        let (d1, m1) = block_scale::<T>(p1);
+        let (qabs, neg) = pair_quants::<T>(p0, p1);
+        let lo = _mm256_mul_ps(_mm256_set1_ps(d0), _mm256_loadu_ps(d.add(GROUP * b)));
+        let hi = _mm256_mul_ps(_mm256_set1_ps(d1), _mm256_loadu_ps(d.add(GROUP * (b + 1))));
+        let scales = _mm512_castpd_ps(_mm512_insertf64x4::<1>(
+            _mm512_castpd256_pd512(_mm256_castps_pd(lo)),
+            _mm256_castps_pd(hi),
+        ));
+        if T != T_Q8_0 {
+            corr[0] = _mm256_fmadd_ps(_mm256_set1_ps(m0), _mm256_loadu_ps(s.add(GROUP * b)), corr[0]);
+            corr[1] = _mm256_fmadd_ps(_mm256_set1_ps(m1), _mm256_loadu_ps(s.add(GROUP * (b + 1))), corr[1]);
+        }
+        for i in 0..GROUP {
+            let mut av = _mm512_loadu_si512(qs.add(i * a.cols + QK * b) as *const _);
+            if T == T_Q8_0 {
+                av = _mm512_mask_sub_epi8(av, neg, _mm512_setzero_si512(), av);
+            }
+            let sum = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), qabs, av));
+            acc[i] = _mm512_fmadd_ps(sum, _mm512_permutexvar_ps(pick[i], scales), acc[i]);
+        }
+        b += 2;
+    }
+    let mut even: [__m256; GROUP] = std::array::from_fn(|i| _mm512_castps512_ps256(acc[i]));
+    let odd: [__m256; GROUP] =
+        std::array::from_fn(|i| _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(acc[i]))));
+    if b < nb {
+        // The odd last block, as b32_step takes it.
+        let p = w.as_ptr().add(bb * b);
+        let (db, m) = block_scale::<T>(p);
+        let (q, neg) = block_quants::<T>(p);
+        let scales = _mm256_mul_ps(_mm256_set1_ps(db), _mm256_loadu_ps(d.add(GROUP * b)));
+        if T != T_Q8_0 {
+            corr[0] = _mm256_fmadd_ps(_mm256_set1_ps(m), _mm256_loadu_ps(s.add(GROUP * b)), corr[0]);
+        }
+        for i in 0..GROUP {
+            let mut av = _mm256_loadu_si256(qs.add(i * a.cols + QK * b) as *const __m256i);
+            if T == T_Q8_0 {
+                av = _mm256_sign_epi8(av, neg);
+            }
+            let sum = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), q, av));
+            let scale = _mm256_permutevar8x32_ps(scales, _mm256_set1_epi32(i as i32));
+            even[i] = _mm256_fmadd_ps(sum, scale, even[i]);
+        }
+    }
+    let mut c = [[0f32; GROUP]; 2];
+    _mm256_storeu_ps(c[0].as_mut_ptr(), corr[0]);
+    _mm256_storeu_ps(c[1].as_mut_ptr(), corr[1]);
+    for i in 0..GROUP {
+        out[i] = super::dot_avx2::hsum(_mm256_add_ps(even[i], odd[i])) + (c[0][i] + c[1][i]);
+    }
+}
+
 /// Weight-type codes for the const-generic 32-value block kernel.
 const T_Q4_0: u8 = 0;
 const T_Q4_1: u8 = 1;
@@ -333,16 +429,40 @@ unsafe fn rows_b32<const T: u8, const N: usize>(w: &[u8], rb: usize, a: &[ActRow
 }
 
 /// One row of Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0 (the type is a constant so
-/// that each kernel is straight-line code): per block and token one
-/// `vpdpbusd` of unsigned quants with the signed activations, one conversion
-/// and one multiply-add; the offset or minimum through the activation block
-/// sums (`d·Σq`), as in the portable kernel. Q8_0's signed quants take the
-/// sign trick instead. Even and odd blocks go to separate accumulators, so
-/// that one token's multiply-adds do not wait on each other.
+/// that each kernel is straight-line code). Blocks go two at a time, one per
+/// half of a 512-bit vector (see [`b32_pair`]); an odd last block takes the
+/// 256-bit step. Even and odd blocks accumulate in separate halves, so that
+/// one token's multiply-adds do not wait on each other.
+///
+/// The lanes compute what the one-block steps compute, in the same order:
+/// the result is bit for bit that of [`b32_blockwise`].
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
 unsafe fn b32<const T: u8, const N: usize>(w: &[u8], a: &[ActRow<'_>; N], out: &mut [f32; N]) {
+    let nb = a[0].d.len();
+    let mut acc = [_mm512_setzero_ps(); N];
+    let mut corr = [[0f32; N]; 2];
+    let mut b = 0;
+    while b + 2 <= nb {
+        b32_pair::<T, N>(w, a, b, &mut acc, &mut corr);
+        b += 2;
+    }
+    let mut even: [__m256; N] = std::array::from_fn(|i| _mm512_castps512_ps256(acc[i]));
+    let odd: [__m256; N] =
+        std::array::from_fn(|i| _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(acc[i]))));
+    if b < nb {
+        b32_step::<T, N>(w, a, b, &mut even, &mut corr[0]);
+    }
+    for i in 0..N {
+        out[i] = super::dot_avx2::hsum(_mm256_add_ps(even[i], odd[i])) + (corr[0][i] + corr[1][i]);
+    }
+}
+
+/// [`b32`] one block at a time: the reference the pair kernel must equal.
+#[cfg(all(test, target_arch = "x86_64"))]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn b32_blockwise<const T: u8, const N: usize>(w: &[u8], a: &[ActRow<'_>; N], out: &mut [f32; N]) {
     let nb = a[0].d.len();
     let mut acc = [[_mm256_setzero_ps(); N]; 2];
     let mut corr = [[0f32; N]; 2];
@@ -354,26 +474,139 @@ unsafe fn b32<const T: u8, const N: usize>(w: &[u8], a: &[ActRow<'_>; N], out: &
     }
 }
 
-/// Block `b` of a 32-value-block row into the accumulators.
+/// [`dot_q_rows`] through [`b32_blockwise`], for the test that the two agree.
+///
+/// # Safety
+/// As [`dot_q_rows`].
+#[cfg(all(test, target_arch = "x86_64"))]
+pub unsafe fn dot_q_rows_blockwise<const N: usize>(t: QType, w: &[u8], a: &[ActRow<'_>; N], out: &mut [[f32; N]]) {
+    let rb = t.row_bytes(a[0].d.len() * QK);
+    assert_eq!(w.len(), rb * out.len(), "weight rows length");
+    for (r, o) in out.iter_mut().enumerate() {
+        let w = &w[r * rb..(r + 1) * rb];
+        match t {
+            QType::Q4_0 => b32_blockwise::<T_Q4_0, N>(w, a, o),
+            QType::Q4_1 => b32_blockwise::<T_Q4_1, N>(w, a, o),
+            QType::Q5_0 => b32_blockwise::<T_Q5_0, N>(w, a, o),
+            QType::Q5_1 => b32_blockwise::<T_Q5_1, N>(w, a, o),
+            QType::Q8_0 => b32_blockwise::<T_Q8_0, N>(w, a, o),
+            _ => panic!("32-value block types only"),
+        }
+    }
+}
+
+/// Blocks `b` (low half) and `b + 1` (high half) of a 32-value-block row
+/// into the accumulators: per token one 512-bit load, `vpdpbusd`, conversion,
+/// scale product and multiply-add for both blocks, where the one-block step
+/// spends each of these per block. The offsets or minimums stay scalar, in
+/// the one-block step's order.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn b32_step<const T: u8, const N: usize>(
+unsafe fn b32_pair<const T: u8, const N: usize>(
     w: &[u8],
     a: &[ActRow<'_>; N],
     b: usize,
-    acc: &mut [__m256; N],
-    corr: &mut [f32; N],
+    acc: &mut [__m512; N],
+    corr: &mut [[f32; N]; 2],
 ) {
-    let (bb, qs_off) = match T {
+    let (bb, _) = block_layout::<T>();
+    let p0 = w.as_ptr().add(bb * b);
+    let p1 = p0.add(bb);
+    prefetch(p0, 2 * bb);
+    let (d0, m0) = block_scale::<T>(p0);
+    let (d1, m1) = block_scale::<T>(p1);
+    let (qabs, neg) = pair_quants::<T>(p0, p1);
+    let wd = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(d0), _mm512_set1_ps(d1));
+    let halves = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    for i in 0..N {
+        let r = &a[i];
+        let mut av = _mm512_loadu_si512(r.qs.as_ptr().add(QK * b) as *const _);
+        if T == T_Q8_0 {
+            av = _mm512_mask_sub_epi8(av, neg, _mm512_setzero_si512(), av);
+        }
+        let s = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), qabs, av));
+        let ad = _mm512_permutexvar_ps(
+            halves,
+            _mm512_castps128_ps512(_mm_castsi128_ps(_mm_loadl_epi64(r.d.as_ptr().add(b) as *const __m128i))),
+        );
+        acc[i] = _mm512_fmadd_ps(s, _mm512_mul_ps(wd, ad), acc[i]);
+        if T != T_Q8_0 {
+            corr[0][i] = m0.mul_add(*r.s.get_unchecked(b), corr[0][i]);
+            corr[1][i] = m1.mul_add(*r.s.get_unchecked(b + 1), corr[1][i]);
+        }
+    }
+}
+
+/// The unsigned quants of blocks at `p0` (low half) and `p1` (high half),
+/// and for Q8_0 the mask of negative weights (whose activations the kernels
+/// negate: the sign trick; AVX-512 has no `vpsignb`, and a masked
+/// subtraction gives its bytes wherever `w != 0`, while `|w| = 0` elsewhere).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn pair_quants<const T: u8>(p0: *const u8, p1: *const u8) -> (__m512i, u64) {
+    let (_, qs_off) = block_layout::<T>();
+    if T == T_Q8_0 {
+        let lo = _mm512_castsi256_si512(_mm256_loadu_si256(p0.add(2) as *const __m256i));
+        let q = _mm512_inserti64x4::<1>(lo, _mm256_loadu_si256(p1.add(2) as *const __m256i));
+        return (_mm512_abs_epi8(q), _mm512_movepi8_mask(q));
+    }
+    // Each block's 16 bytes to both quarters of its half, the upper quarter
+    // shifted by 4: low nibbles are values 0..16, high 16..32.
+    let y = _mm256_inserti128_si256::<1>(
+        _mm256_castsi128_si256(_mm_loadu_si128(p0.add(qs_off) as *const __m128i)),
+        _mm_loadu_si128(p1.add(qs_off) as *const __m128i),
+    );
+    let z = _mm512_castsi256_si512(y);
+    let x = _mm512_shuffle_i64x2::<0b01_01_00_00>(z, z);
+    let q = _mm512_and_si512(_mm512_srlv_epi64(x, _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0)), _mm512_set1_epi8(0x0f));
+    if T == T_Q5_0 || T == T_Q5_1 {
+        let h0 = high_bits(std::ptr::read_unaligned(p0.add(qs_off - 4) as *const u32));
+        let h1 = high_bits(std::ptr::read_unaligned(p1.add(qs_off - 4) as *const u32));
+        (_mm512_or_si512(q, _mm512_inserti64x4::<1>(_mm512_castsi256_si512(h0), h1)), 0)
+    } else {
+        (q, 0)
+    }
+}
+
+/// One block's quants as [`b32_step`] uses them: unsigned (Q8_0: `|w|`),
+/// and for Q8_0 the signed quants whose signs the activations take.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn block_quants<const T: u8>(p: *const u8) -> (__m256i, __m256i) {
+    let (_, qs_off) = block_layout::<T>();
+    if T == T_Q8_0 {
+        let q = _mm256_loadu_si256(p.add(2) as *const __m256i);
+        return (_mm256_sign_epi8(q, q), q);
+    }
+    // 16 bytes to both halves, then shift the high half by 4: low nibbles
+    // are values 0..16, high nibbles 16..32.
+    let x = _mm256_broadcastsi128_si256(_mm_loadu_si128(p.add(qs_off) as *const __m128i));
+    let q = _mm256_and_si256(_mm256_srlv_epi32(x, _mm256_set_epi32(4, 4, 4, 4, 0, 0, 0, 0)), _mm256_set1_epi8(0x0f));
+    if T == T_Q5_0 || T == T_Q5_1 {
+        (_mm256_or_si256(q, high_bits(std::ptr::read_unaligned(p.add(qs_off - 4) as *const u32))), q)
+    } else {
+        (q, q)
+    }
+}
+
+/// Bytes per block and the offset of its packed quants.
+#[inline(always)]
+fn block_layout<const T: u8>() -> (usize, usize) {
+    match T {
         T_Q4_0 => (18, 2),
         T_Q4_1 => (20, 4),
         T_Q5_0 => (22, 6),
         T_Q5_1 => (24, 8),
         _ => (34, 2),
-    };
-    let p = w.as_ptr().add(bb * b);
-    prefetch(p, bb);
-    let (d, m) = match T {
+    }
+}
+
+/// A block's scale and the offset or minimum each unit of activation sum
+/// adds: `value = d·q + m` (Q8_0: `m = 0`).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn block_scale<const T: u8>(p: *const u8) -> (f32, f32) {
+    match T {
         T_Q4_1 | T_Q5_1 => {
             let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(std::ptr::read_unaligned(p as *const i32)));
             (_mm_cvtss_f32(dm), _mm_cvtss_f32(_mm_movehdup_ps(dm)))
@@ -387,22 +620,24 @@ unsafe fn b32_step<const T: u8, const N: usize>(
             (d, -16.0 * d)
         }
         _ => (f16_at(p), 0.0),
-    };
-    let q = if T == T_Q8_0 {
-        _mm256_loadu_si256(p.add(2) as *const __m256i)
-    } else {
-        // 16 bytes to both halves, then shift the high half by 4: low
-        // nibbles are values 0..16, high nibbles 16..32.
-        let x = _mm256_broadcastsi128_si256(_mm_loadu_si128(p.add(qs_off) as *const __m128i));
-        let q =
-            _mm256_and_si256(_mm256_srlv_epi32(x, _mm256_set_epi32(4, 4, 4, 4, 0, 0, 0, 0)), _mm256_set1_epi8(0x0f));
-        if T == T_Q5_0 || T == T_Q5_1 {
-            _mm256_or_si256(q, high_bits(std::ptr::read_unaligned(p.add(qs_off - 4) as *const u32)))
-        } else {
-            q
-        }
-    };
-    let qabs = if T == T_Q8_0 { _mm256_sign_epi8(q, q) } else { q };
+    }
+}
+
+/// Block `b` of a 32-value-block row into the accumulators.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn b32_step<const T: u8, const N: usize>(
+    w: &[u8],
+    a: &[ActRow<'_>; N],
+    b: usize,
+    acc: &mut [__m256; N],
+    corr: &mut [f32; N],
+) {
+    let (bb, _) = block_layout::<T>();
+    let p = w.as_ptr().add(bb * b);
+    prefetch(p, bb);
+    let (d, m) = block_scale::<T>(p);
+    let (qabs, q) = block_quants::<T>(p);
     for i in 0..N {
         let r = &a[i];
         let mut av = _mm256_loadu_si256(r.qs.as_ptr().add(QK * b) as *const __m256i);

@@ -14,7 +14,7 @@
 use super::dot_avx2;
 use super::dot_avx512;
 use super::dot_scalar;
-use super::quant::{dequantize_row, ActRow, KActRow, KActs, QActs, QType, QK};
+use super::quant::{dequantize_row, ActRow, KActRow, KActs, QActs, QType, GROUP, QK};
 use memmap2::Mmap;
 use rayon::prelude::{IntoParallelRefIterator, ParallelIterator};
 use std::sync::Arc;
@@ -193,6 +193,15 @@ trait Acts {
     /// The CPU must have what [`dot_avx512::available`] checks.
     #[cfg(target_arch = "x86_64")]
     unsafe fn avx512<const N: usize>(t: QType, w: &[u8], a: &[Self::Row<'_>; N], out: &mut [[f32; N]]);
+    /// The AVX-512 kernel for the [`GROUP`] rows from `t0`, when this format
+    /// has one for them: it must give what [`Acts::avx512`] gives.
+    ///
+    /// # Safety
+    /// As [`Acts::avx512`].
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn avx512_group(&self, _t: QType, _w: &[u8], _t0: usize, _out: &mut [[f32; GROUP]]) -> bool {
+        false
+    }
     /// The portable kernel for one weight row.
     fn scalar(t: QType, w: &[u8], a: Self::Row<'_>) -> f32;
 }
@@ -212,6 +221,16 @@ impl Acts for QActs {
     #[cfg(target_arch = "x86_64")]
     unsafe fn avx512<const N: usize>(t: QType, w: &[u8], a: &[ActRow<'_>; N], out: &mut [[f32; N]]) {
         dot_avx512::dot_q_rows::<N>(t, w, a, out)
+    }
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn avx512_group(&self, t: QType, w: &[u8], t0: usize, out: &mut [[f32; GROUP]]) -> bool {
+        match self.group(t0) {
+            Some(g) => {
+                dot_avx512::dot_q_group(t, w, &g, out);
+                true
+            }
+            None => false,
+        }
     }
     fn scalar(t: QType, w: &[u8], a: ActRow<'_>) -> f32 {
         dot_scalar::dot_q(t, w, a)
@@ -282,10 +301,18 @@ fn rows_q<A: Acts>(w: &QMatrix, a: &A, rows: std::ops::Range<usize>, out: Out, s
 /// Rows `rows` (at most [`TILE`]) of `w` times activation rows `t0..t0 + N`
 /// into the output.
 fn dot_n<A: Acts, const N: usize>(w: &QMatrix, rows: std::ops::Range<usize>, a: &A, t0: usize, out: Out, set: Set) {
-    let acts: [A::Row<'_>; N] = std::array::from_fn(|i| a.row(t0 + i));
     let mut o = [[0f32; N]; TILE];
     let (r0, n) = (rows.start, rows.len());
     let bytes = &w.data.as_slice()[r0 * w.row_bytes..(r0 + n) * w.row_bytes];
+    #[cfg(target_arch = "x86_64")]
+    if set == Set::Avx512 && N == GROUP {
+        let mut g = [[0f32; GROUP]; TILE];
+        // SAFETY: `Set::Avx512` is only chosen when the CPU has what it needs.
+        if unsafe { a.avx512_group(w.qtype, bytes, t0, &mut g[..n]) } {
+            return scatter(&g[..n], w, r0, t0, out);
+        }
+    }
+    let acts: [A::Row<'_>; N] = std::array::from_fn(|i| a.row(t0 + i));
     match set {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `Set::Avx512` is only chosen when the CPU has what it needs.
@@ -301,7 +328,13 @@ fn dot_n<A: Acts, const N: usize>(w: &QMatrix, rows: std::ops::Range<usize>, a: 
             }
         }
     }
-    for (k, vals) in o[..n].iter().enumerate() {
+    scatter(&o[..n], w, r0, t0, out);
+}
+
+/// Results `o[k][i]` of weight row `r0 + k` and activation row `t0 + i` into
+/// the output.
+fn scatter<const N: usize>(o: &[[f32; N]], w: &QMatrix, r0: usize, t0: usize, out: Out) {
+    for (k, vals) in o.iter().enumerate() {
         for (i, &v) in vals.iter().enumerate() {
             // SAFETY: (t0 + i, r) is inside the output and only this task
             // writes row r.

@@ -12,6 +12,7 @@
 //! a whole super-block is summed in integers and converted to float once.
 
 use candle_core::quantized::GgmlDType;
+use rayon::prelude::*;
 
 /// Values per activation block (and per block of the 32-value weight types).
 pub const QK: usize = 32;
@@ -285,7 +286,15 @@ pub struct QActs {
     pub d: Vec<f32>,
     /// `d * Σq` per block.
     pub s: Vec<f32>,
+    /// `d` and `s` again, per group of [`GROUP`] consecutive rows and per
+    /// block the group's [`GROUP`] values side by side (one vector load for
+    /// the group's kernels); only whole groups, and only for prompts.
+    pub gd: Vec<f32>,
+    pub gs: Vec<f32>,
 }
+
+/// Rows of a group of activations (see [`QActs::group`]).
+pub const GROUP: usize = 8;
 
 /// One quantized activation row.
 #[derive(Debug, Clone, Copy)]
@@ -295,18 +304,63 @@ pub struct ActRow<'a> {
     pub s: &'a [f32],
 }
 
+/// [`GROUP`] consecutive quantized activation rows.
+#[derive(Debug, Clone, Copy)]
+pub struct ActGroup<'a> {
+    /// The rows' quants, one row after the other.
+    pub qs: &'a [i8],
+    pub cols: usize,
+    /// Per block, the rows' scales side by side.
+    pub d: &'a [f32],
+    /// Per block, the rows' `d * Σq` side by side.
+    pub s: &'a [f32],
+}
+
+/// Rows at which quantizing goes parallel.
+const PARALLEL_ROWS: usize = 16;
+
 impl QActs {
     /// Quantize `x`, a row-major matrix of rows of `cols` values
     /// (`cols` a multiple of [`QK`]).
     pub fn quantize(x: &[f32], cols: usize) -> QActs {
         assert!(cols.is_multiple_of(QK) && x.len().is_multiple_of(cols), "activation rows of {cols} values");
         let nblocks = x.len() / QK;
-        let mut a = QActs { cols, qs: vec![0; x.len()], d: vec![0.0; nblocks], s: vec![0.0; nblocks] };
-        for (b, blk) in x.chunks_exact(QK).enumerate() {
-            let d = quantize_block(blk, &mut a.qs[QK * b..QK * (b + 1)]);
-            let sum: i32 = a.qs[QK * b..QK * (b + 1)].iter().map(|&q| q as i32).sum();
-            a.d[b] = d;
-            a.s[b] = d * sum as f32;
+        let nb = cols / QK;
+        let mut a =
+            QActs { cols, qs: vec![0; x.len()], d: vec![0.0; nblocks], s: vec![0.0; nblocks], ..QActs::default() };
+        let row = |((x, qs), (d, s)): ((&[f32], &mut [i8]), (&mut [f32], &mut [f32]))| {
+            for (b, blk) in x.chunks_exact(QK).enumerate() {
+                let q = &mut qs[QK * b..QK * (b + 1)];
+                let db = quantize_block(blk, q);
+                let sum: i32 = q.iter().map(|&q| q as i32).sum();
+                d[b] = db;
+                s[b] = db * sum as f32;
+            }
+        };
+        if nb == 0 {
+            return a;
+        }
+        let rows = x.len() / cols;
+        if rows >= PARALLEL_ROWS {
+            let (qs, d, s) = (a.qs.par_chunks_mut(cols), a.d.par_chunks_mut(nb), a.s.par_chunks_mut(nb));
+            x.par_chunks(cols).zip(qs).zip(d.zip(s)).with_min_len(4).for_each(row);
+        } else {
+            let (qs, d, s) = (a.qs.chunks_mut(cols), a.d.chunks_mut(nb), a.s.chunks_mut(nb));
+            x.chunks(cols).zip(qs).zip(d.zip(s)).for_each(row);
+        }
+        let groups = rows / GROUP;
+        if groups > 0 {
+            a.gd = vec![0.0; groups * nb * GROUP];
+            a.gs = vec![0.0; groups * nb * GROUP];
+            for g in 0..groups {
+                for i in 0..GROUP {
+                    let r = g * GROUP + i;
+                    for b in 0..nb {
+                        a.gd[(g * nb + b) * GROUP + i] = a.d[r * nb + b];
+                        a.gs[(g * nb + b) * GROUP + i] = a.s[r * nb + b];
+                    }
+                }
+            }
         }
         a
     }
@@ -322,6 +376,22 @@ impl QActs {
             d: &self.d[r * nb..(r + 1) * nb],
             s: &self.s[r * nb..(r + 1) * nb],
         }
+    }
+
+    /// Rows `t0..t0 + GROUP` as a group, when `t0` starts a whole group.
+    pub fn group(&self, t0: usize) -> Option<ActGroup<'_>> {
+        let nb = self.cols / QK;
+        let g = t0 / GROUP;
+        let span = g * nb * GROUP..(g + 1) * nb * GROUP;
+        if !t0.is_multiple_of(GROUP) || span.end > self.gd.len() {
+            return None;
+        }
+        Some(ActGroup {
+            qs: &self.qs[t0 * self.cols..(t0 + GROUP) * self.cols],
+            cols: self.cols,
+            d: &self.gd[span.clone()],
+            s: &self.gs[span],
+        })
     }
 }
 

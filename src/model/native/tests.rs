@@ -360,3 +360,51 @@ fn avx512_kernels_match_scalar_kernels() {
         }
     }
 }
+
+/// The AVX-512 kernel for the 32-value block types reads two blocks per
+/// vector; its results must be bit for bit those of one block at a time, at
+/// even and odd block counts and every token count the products use.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn avx512_block_pairs_equal_one_block_at_a_time() {
+    if !dot_avx512::available() {
+        eprintln!("no AVX-512 VNNI: AVX-512 kernels not tested");
+        return;
+    }
+    fn check<const N: usize>(q: QType, bytes: &[u8], a: &QActs, rows: usize) {
+        let acts: [_; N] = std::array::from_fn(|t| a.row(t));
+        let (mut got, mut want) = (vec![[0f32; N]; rows], vec![[0f32; N]; rows]);
+        // SAFETY: the caller checked `available`.
+        unsafe {
+            dot_avx512::dot_q_rows::<N>(q, bytes, &acts, &mut got);
+            dot_avx512::dot_q_rows_blockwise::<N>(q, bytes, &acts, &mut want);
+        }
+        for (g, w) in got.iter().zip(&want) {
+            for (g, w) in g.iter().zip(w) {
+                assert_eq!(g.to_bits(), w.to_bits(), "{} with {N} tokens: {g} vs {w}", q.name());
+            }
+        }
+    }
+    for cols in [32 * 7, 896, 1024] {
+        for (dt, q) in TYPES.iter().copied().filter(|(_, q)| !q.is_float() && !q.is_kquant()) {
+            let (m, _) = quantized(dt, q, 5, cols, 8);
+            let x = values(8 * cols, 9, 2.0);
+            let bytes: Vec<u8> = (0..5).flat_map(|r| m.row(r).to_vec()).collect();
+            let a = QActs::quantize(&x, cols);
+            check::<1>(q, &bytes, &a, 5);
+            check::<2>(q, &bytes, &a, 5);
+            check::<4>(q, &bytes, &a, 5);
+            check::<8>(q, &bytes, &a, 5);
+            let acts: [_; 8] = std::array::from_fn(|t| a.row(t));
+            let (mut rows, mut group) = (vec![[0f32; 8]; 5], vec![[0f32; 8]; 5]);
+            // SAFETY: checked `available` above.
+            unsafe {
+                dot_avx512::dot_q_rows::<8>(q, &bytes, &acts, &mut rows);
+                dot_avx512::dot_q_group(q, &bytes, &a.group(0).expect("a whole group"), &mut group);
+            }
+            for (r, g) in rows.iter().flatten().zip(group.iter().flatten()) {
+                assert_eq!(r.to_bits(), g.to_bits(), "{}: group kernel {g} vs row kernel {r}", q.name());
+            }
+        }
+    }
+}
