@@ -126,6 +126,134 @@ unsafe fn halves_epi8(x: u8, y: u8) -> __m512i {
 /// term waits on the stack for the pass's float dot product.
 const K45_PASS: usize = 32;
 
+/// A k-quant super-block unpacked for the token loop: four vectors of 64
+/// unsigned quants in value order, their scales as 16-bit lanes, the scale
+/// `d`, and for Q6_K `−32·scale` per 16 values (the offset, taken off with
+/// the activation sums per 16). The minimums of Q4_K and Q5_K go apart, in
+/// a row's order (see [`Unpacked`]).
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+pub struct KBlock {
+    v: [__m512i; 4],
+    scale: [__m512i; 4],
+    off: __m512i,
+    d: f32,
+}
+
+/// A tile of k-quant weight rows unpacked once for many tokens (a prompt's):
+/// the unpacking is then paid once per tile instead of once per group of
+/// tokens. Kept per thread and reused.
+#[cfg(target_arch = "x86_64")]
+#[derive(Default)]
+pub struct Unpacked {
+    qtype: Option<QType>,
+    rows: usize,
+    nsb: usize,
+    blocks: Vec<KBlock>,
+    /// `dmin·m_j` per row, super-block and sub-block (Q4_K, Q5_K).
+    mins: Vec<f32>,
+}
+
+/// Unpack the `w.len() / row bytes` rows of k-quant weights `w` (`cols`
+/// values each) into `u`.
+///
+/// # Safety
+/// The CPU must have the features [`available`] checks.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub unsafe fn unpack_k(t: QType, w: &[u8], cols: usize, u: &mut Unpacked) {
+    let nsb = cols / QK_K;
+    let rb = t.row_bytes(cols);
+    assert!(nsb > 0 && w.len().is_multiple_of(rb), "k-quant rows");
+    let rows = w.len() / rb;
+    u.qtype = Some(t);
+    u.rows = rows;
+    u.nsb = nsb;
+    u.blocks.clear();
+    u.blocks.reserve(rows * nsb);
+    u.mins.clear();
+    u.mins.resize(rows * nsb * 8, 0.0);
+    let k45c = K45Consts::new();
+    let q6c = Q6Consts::new();
+    for r in 0..rows {
+        for sb in 0..nsb {
+            let (p, mins) =
+                (w.as_ptr().add(r * rb + t.row_bytes(QK_K) * sb), u.mins.as_mut_ptr().add(8 * (r * nsb + sb)));
+            let blk = match t {
+                QType::Q4K => k45_unpack::<false>(p, &k45c, mins),
+                QType::Q5K => k45_unpack::<true>(p, &k45c, mins),
+                QType::Q6K => q6k_unpack(p, &q6c),
+                _ => panic!("{} is not a k-quant type", t.name()),
+            };
+            u.blocks.push(blk);
+        }
+    }
+}
+
+/// [`dot_k_rows`] on rows [`unpack_k`] unpacked: bit for bit the same.
+///
+/// # Safety
+/// The CPU must have the features [`available`] checks.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub unsafe fn dot_k_unpacked<const N: usize>(u: &Unpacked, a: &[KActRow<'_>; N], out: &mut [[f32; N]]) {
+    let nsb = u.nsb;
+    assert_eq!(out.len(), u.rows, "unpacked rows");
+    for r in a.iter() {
+        assert!(r.qs.len() == nsb * QK_K && r.d.len() == nsb && r.bsums.len() == 16 * nsb, "activation row length");
+    }
+    for (r, o) in out.iter_mut().enumerate() {
+        let blocks = &u.blocks[r * nsb..(r + 1) * nsb];
+        let mut acc = [_mm512_setzero_ps(); N];
+        match u.qtype {
+            Some(QType::Q4K | QType::Q5K) => {
+                let mins = u.mins.as_ptr().add(8 * r * nsb);
+                let mut sb0 = 0;
+                while sb0 < nsb {
+                    let pass = (nsb - sb0).min(K45_PASS);
+                    for k in 0..pass {
+                        k45_tokens(&blocks[sb0 + k], a, sb0 + k, &mut acc);
+                    }
+                    k45_mins(mins.add(8 * sb0), a, sb0, pass, &mut acc);
+                    sb0 += pass;
+                }
+            }
+            Some(QType::Q6K) => {
+                for (sb, blk) in blocks.iter().enumerate() {
+                    q6k_tokens(blk, a, sb, &mut acc);
+                }
+            }
+            _ => panic!("nothing unpacked"),
+        }
+        for i in 0..N {
+            o[i] = _mm512_reduce_add_ps(acc[i]);
+        }
+    }
+}
+
+/// Constants of the Q4_K and Q5_K unpacking.
+#[cfg(target_arch = "x86_64")]
+struct K45Consts {
+    low: __m512i,
+    sixteen: __m512i,
+    sc_idx: [__m512i; 4],
+    hb: [__m512i; 4],
+}
+
+#[cfg(target_arch = "x86_64")]
+impl K45Consts {
+    #[inline(always)]
+    unsafe fn new() -> K45Consts {
+        K45Consts {
+            low: _mm512_set1_epi8(0x0f),
+            sixteen: _mm512_set1_epi8(0x10),
+            sc_idx: [halves_epi16(0, 1), halves_epi16(2, 3), halves_epi16(4, 5), halves_epi16(6, 7)],
+            hb: [halves_epi8(1, 2), halves_epi8(4, 8), halves_epi8(16, 32), halves_epi8(64, 128)],
+        }
+    }
+}
+
 /// Q4_K and Q5_K: per super-block, four vectors of 64 unsigned quants (two
 /// 32-value sub-blocks each, in value order) and their scales as 16-bit
 /// lanes, then per token four `vpmaddubsw` and four `vpdpwssd`, one
@@ -137,12 +265,9 @@ const K45_PASS: usize = 32;
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
 unsafe fn k45<const Q5: bool, const N: usize>(w: &[u8], a: &[KActRow<'_>; N], out: &mut [f32; N]) {
-    let (bb, qs_off) = if Q5 { (176, 48) } else { (144, 16) };
+    let bb = if Q5 { 176 } else { 144 };
     let nsb = w.len() / bb;
-    let low = _mm512_set1_epi8(0x0f);
-    let sixteen = _mm512_set1_epi8(0x10);
-    let sc_idx = [halves_epi16(0, 1), halves_epi16(2, 3), halves_epi16(4, 5), halves_epi16(6, 7)];
-    let hb = [halves_epi8(1, 2), halves_epi8(4, 8), halves_epi8(16, 32), halves_epi8(64, 128)];
+    let c = K45Consts::new();
     let mut acc = [_mm512_setzero_ps(); N];
     let mut mins = [0f32; 8 * K45_PASS];
     let mut sb0 = 0;
@@ -150,64 +275,95 @@ unsafe fn k45<const Q5: bool, const N: usize>(w: &[u8], a: &[KActRow<'_>; N], ou
         let pass = (nsb - sb0).min(K45_PASS);
         for k in 0..pass {
             let sb = sb0 + k;
-            let p = w.as_ptr().add(bb * sb);
-            prefetch(p, bb);
-            let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(std::ptr::read_unaligned(p as *const i32)));
-            let d = _mm512_set1_ps(_mm_cvtss_f32(dm));
-            let dmin = _mm256_set1_ps(_mm_cvtss_f32(_mm_movehdup_ps(dm)));
-            let (sc, mn) = scales_mins(p.add(4));
-            let sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64(sc.as_ptr() as *const __m128i)));
-            let scale = sc_idx.map(|i| _mm512_permutexvar_epi16(i, sc16));
-            let mn32 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(mn.as_ptr() as *const __m128i));
-            _mm256_storeu_ps(mins.as_mut_ptr().add(8 * k), _mm256_mul_ps(_mm256_cvtepi32_ps(mn32), dmin));
-            let mut v = [_mm512_and_si512(low, low); 4];
-            for m in 0..2 {
-                // Bytes 64m..64m + 64 of the quants: low nibbles are sub-blocks
-                // 4m and 4m + 2, high nibbles 4m + 1 and 4m + 3.
-                let x = _mm512_loadu_si512(p.add(qs_off + 64 * m) as *const __m512i);
-                let lo = _mm512_and_si512(x, low);
-                let hi = _mm512_and_si512(_mm512_srli_epi16(x, 4), low);
-                v[2 * m] = _mm512_shuffle_i64x2::<0x44>(lo, hi);
-                v[2 * m + 1] = _mm512_shuffle_i64x2::<0xee>(lo, hi);
-            }
-            if Q5 {
-                // Bit j of high-bit byte l is the fifth bit of value l of sub-block j.
-                let qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(p.add(16) as *const __m256i));
-                for k in 0..4 {
-                    v[k] = _mm512_mask_add_epi8(v[k], _mm512_test_epi8_mask(qh, hb[k]), v[k], sixteen);
-                }
-            }
-            for i in 0..N {
-                let r = &a[i];
-                let q8 = r.qs.as_ptr().add(QK_K * sb);
-                let ld = |k: usize| _mm512_loadu_si512(q8.add(64 * k) as *const __m512i);
-                let mut s = _mm512_madd_epi16(_mm512_maddubs_epi16(v[0], ld(0)), scale[0]);
-                s = dpwssd(s, _mm512_maddubs_epi16(v[1], ld(1)), scale[1]);
-                s = dpwssd(s, _mm512_maddubs_epi16(v[2], ld(2)), scale[2]);
-                s = dpwssd(s, _mm512_maddubs_epi16(v[3], ld(3)), scale[3]);
-                let dd = _mm512_mul_ps(d, _mm512_set1_ps(*r.d.get_unchecked(sb)));
-                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), dd, acc[i]);
-            }
+            let blk = k45_unpack::<Q5>(w.as_ptr().add(bb * sb), &c, mins.as_mut_ptr().add(8 * k));
+            k45_tokens(&blk, a, sb, &mut acc);
         }
-        // The minimums' term of this pass: 8 floats per super-block.
-        for i in 0..N {
-            let ds = a[i].dsums.as_ptr().add(8 * sb0);
-            let mut k = 0;
-            while k + 2 <= pass {
-                let mv = _mm512_loadu_ps(mins.as_ptr().add(8 * k));
-                acc[i] = _mm512_fnmadd_ps(mv, _mm512_loadu_ps(ds.add(8 * k)), acc[i]);
-                k += 2;
-            }
-            if k < pass {
-                let mv = _mm512_zextps256_ps512(_mm256_loadu_ps(mins.as_ptr().add(8 * k)));
-                let dv = _mm512_zextps256_ps512(_mm256_loadu_ps(ds.add(8 * k)));
-                acc[i] = _mm512_fnmadd_ps(mv, dv, acc[i]);
-            }
-        }
+        k45_mins(mins.as_ptr(), a, sb0, pass, &mut acc);
         sb0 += pass;
     }
     for i in 0..N {
         out[i] = _mm512_reduce_add_ps(acc[i]);
+    }
+}
+
+/// One Q4_K or Q5_K super-block at `p` unpacked; its eight `dmin·m_j` to
+/// `mins`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn k45_unpack<const Q5: bool>(p: *const u8, c: &K45Consts, mins: *mut f32) -> KBlock {
+    let qs_off = if Q5 { 48 } else { 16 };
+    let bb = if Q5 { 176 } else { 144 };
+    prefetch(p, bb);
+    let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(std::ptr::read_unaligned(p as *const i32)));
+    let d = _mm_cvtss_f32(dm);
+    let dmin = _mm256_set1_ps(_mm_cvtss_f32(_mm_movehdup_ps(dm)));
+    let (sc, mn) = scales_mins(p.add(4));
+    let sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64(sc.as_ptr() as *const __m128i)));
+    let scale = c.sc_idx.map(|i| _mm512_permutexvar_epi16(i, sc16));
+    let mn32 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(mn.as_ptr() as *const __m128i));
+    _mm256_storeu_ps(mins, _mm256_mul_ps(_mm256_cvtepi32_ps(mn32), dmin));
+    let mut v = [c.low; 4];
+    for m in 0..2 {
+        // Bytes 64m..64m + 64 of the quants: low nibbles are sub-blocks
+        // 4m and 4m + 2, high nibbles 4m + 1 and 4m + 3.
+        let x = _mm512_loadu_si512(p.add(qs_off + 64 * m) as *const __m512i);
+        let lo = _mm512_and_si512(x, c.low);
+        let hi = _mm512_and_si512(_mm512_srli_epi16(x, 4), c.low);
+        v[2 * m] = _mm512_shuffle_i64x2::<0x44>(lo, hi);
+        v[2 * m + 1] = _mm512_shuffle_i64x2::<0xee>(lo, hi);
+    }
+    if Q5 {
+        // Bit j of high-bit byte l is the fifth bit of value l of sub-block j.
+        let qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(p.add(16) as *const __m256i));
+        for k in 0..4 {
+            v[k] = _mm512_mask_add_epi8(v[k], _mm512_test_epi8_mask(qh, c.hb[k]), v[k], c.sixteen);
+        }
+    }
+    KBlock { v, scale, off: _mm512_setzero_si512(), d }
+}
+
+/// Super-block `sb` of a Q4_K or Q5_K row (unpacked in `blk`) for each token.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn k45_tokens<const N: usize>(blk: &KBlock, a: &[KActRow<'_>; N], sb: usize, acc: &mut [__m512; N]) {
+    let d = _mm512_set1_ps(blk.d);
+    for i in 0..N {
+        let r = &a[i];
+        let q8 = r.qs.as_ptr().add(QK_K * sb);
+        let ld = |k: usize| _mm512_loadu_si512(q8.add(64 * k) as *const __m512i);
+        let mut s = _mm512_madd_epi16(_mm512_maddubs_epi16(blk.v[0], ld(0)), blk.scale[0]);
+        s = dpwssd(s, _mm512_maddubs_epi16(blk.v[1], ld(1)), blk.scale[1]);
+        s = dpwssd(s, _mm512_maddubs_epi16(blk.v[2], ld(2)), blk.scale[2]);
+        s = dpwssd(s, _mm512_maddubs_epi16(blk.v[3], ld(3)), blk.scale[3]);
+        let dd = _mm512_mul_ps(d, _mm512_set1_ps(*r.d.get_unchecked(sb)));
+        acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), dd, acc[i]);
+    }
+}
+
+/// The minimums' term of super-blocks `sb0..sb0 + pass` (their `dmin·m_j`
+/// at `mins`, 8 floats per super-block) for each token.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn k45_mins<const N: usize>(
+    mins: *const f32,
+    a: &[KActRow<'_>; N],
+    sb0: usize,
+    pass: usize,
+    acc: &mut [__m512; N],
+) {
+    for i in 0..N {
+        let ds = a[i].dsums.as_ptr().add(8 * sb0);
+        let mut k = 0;
+        while k + 2 <= pass {
+            let mv = _mm512_loadu_ps(mins.add(8 * k));
+            acc[i] = _mm512_fnmadd_ps(mv, _mm512_loadu_ps(ds.add(8 * k)), acc[i]);
+            k += 2;
+        }
+        if k < pass {
+            let mv = _mm512_zextps256_ps512(_mm256_loadu_ps(mins.add(8 * k)));
+            let dv = _mm512_zextps256_ps512(_mm256_loadu_ps(ds.add(8 * k)));
+            acc[i] = _mm512_fnmadd_ps(mv, dv, acc[i]);
+        }
     }
 }
 
@@ -228,6 +384,33 @@ unsafe fn dpwssd(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
     r
 }
 
+/// Constants of the Q6_K unpacking.
+#[cfg(target_arch = "x86_64")]
+struct Q6Consts {
+    low: __m512i,
+    top: __m512i,
+    sc_idx: [__m512i; 4],
+    shl: __m512i,
+    shr: __m512i,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Q6Consts {
+    #[inline(always)]
+    unsafe fn new() -> Q6Consts {
+        Q6Consts {
+            low: _mm512_set1_epi8(0x0f),
+            top: _mm512_set1_epi8(0x30),
+            sc_idx: [quarters_epi16(0), quarters_epi16(4), quarters_epi16(8), quarters_epi16(12)],
+            // The two high bits of values 32k + l sit at bits 2k, 2k + 1 of
+            // byte l; shifted to bits 4 and 5: left by 4 and 2 (k = 0, 1),
+            // right by 0 and 2.
+            shl: halves_epi16(4, 2),
+            shr: halves_epi16(0, 2),
+        }
+    }
+}
+
 /// Q6_K: per super-block, four vectors of 64 unsigned quants (0..64, in
 /// value order) and their 8-bit scales as 16-bit lanes; the offset of 32
 /// goes through the activation sums per 16, in integers.
@@ -236,48 +419,56 @@ unsafe fn dpwssd(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
 #[inline]
 unsafe fn q6k<const N: usize>(w: &[u8], a: &[KActRow<'_>; N], out: &mut [f32; N]) {
     let nsb = w.len() / 210;
-    let low = _mm512_set1_epi8(0x0f);
-    let top = _mm512_set1_epi8(0x30);
-    let sc_idx = [quarters_epi16(0), quarters_epi16(4), quarters_epi16(8), quarters_epi16(12)];
-    // The two high bits of values 32k + l sit at bits 2k, 2k + 1 of byte l;
-    // shifted to bits 4 and 5: left by 4 and 2 (k = 0, 1), right by 0 and 2.
-    let shl = halves_epi16(4, 2);
-    let shr = halves_epi16(0, 2);
+    let c = Q6Consts::new();
     let mut acc = [_mm512_setzero_ps(); N];
     for sb in 0..nsb {
-        let p = w.as_ptr().add(210 * sb);
-        prefetch(p, 210);
-        let d = f16_at(p.add(208));
-        let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(p.add(192) as *const __m128i));
-        let scz = _mm512_castsi256_si512(sc16);
-        let scale = sc_idx.map(|i| _mm512_permutexvar_epi16(i, scz));
-        // −32·scale, to take the offset off with the sums per 16.
-        let off = _mm512_zextsi256_si512(_mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(sc16, 5)));
-        let mut v = [_mm512_and_si512(low, low); 4];
-        for n in 0..2 {
-            let l = _mm512_loadu_si512(p.add(64 * n) as *const __m512i);
-            let h = _mm512_broadcast_i64x4(_mm256_loadu_si256(p.add(128 + 32 * n) as *const __m256i));
-            v[2 * n] = _mm512_or_si512(_mm512_and_si512(l, low), _mm512_and_si512(_mm512_sllv_epi16(h, shl), top));
-            v[2 * n + 1] = _mm512_or_si512(
-                _mm512_and_si512(_mm512_srli_epi16(l, 4), low),
-                _mm512_and_si512(_mm512_srlv_epi16(h, shr), top),
-            );
-        }
-        for i in 0..N {
-            let r = &a[i];
-            let q8 = r.qs.as_ptr().add(QK_K * sb);
-            let ld = |k: usize| _mm512_loadu_si512(q8.add(64 * k) as *const __m512i);
-            let mut s = _mm512_madd_epi16(_mm512_maddubs_epi16(v[0], ld(0)), scale[0]);
-            s = dpwssd(s, _mm512_maddubs_epi16(v[1], ld(1)), scale[1]);
-            s = dpwssd(s, _mm512_maddubs_epi16(v[2], ld(2)), scale[2]);
-            s = dpwssd(s, _mm512_maddubs_epi16(v[3], ld(3)), scale[3]);
-            let bs = _mm512_zextsi256_si512(_mm256_loadu_si256(r.bsums.as_ptr().add(16 * sb) as *const __m256i));
-            s = dpwssd(s, off, bs);
-            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(d * *r.d.get_unchecked(sb)), acc[i]);
-        }
+        let blk = q6k_unpack(w.as_ptr().add(210 * sb), &c);
+        q6k_tokens(&blk, a, sb, &mut acc);
     }
     for i in 0..N {
         out[i] = _mm512_reduce_add_ps(acc[i]);
+    }
+}
+
+/// One Q6_K super-block at `p` unpacked.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn q6k_unpack(p: *const u8, c: &Q6Consts) -> KBlock {
+    prefetch(p, 210);
+    let d = f16_at(p.add(208));
+    let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(p.add(192) as *const __m128i));
+    let scz = _mm512_castsi256_si512(sc16);
+    let scale = c.sc_idx.map(|i| _mm512_permutexvar_epi16(i, scz));
+    // −32·scale, to take the offset off with the sums per 16.
+    let off = _mm512_zextsi256_si512(_mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(sc16, 5)));
+    let mut v = [c.low; 4];
+    for n in 0..2 {
+        let l = _mm512_loadu_si512(p.add(64 * n) as *const __m512i);
+        let h = _mm512_broadcast_i64x4(_mm256_loadu_si256(p.add(128 + 32 * n) as *const __m256i));
+        v[2 * n] = _mm512_or_si512(_mm512_and_si512(l, c.low), _mm512_and_si512(_mm512_sllv_epi16(h, c.shl), c.top));
+        v[2 * n + 1] = _mm512_or_si512(
+            _mm512_and_si512(_mm512_srli_epi16(l, 4), c.low),
+            _mm512_and_si512(_mm512_srlv_epi16(h, c.shr), c.top),
+        );
+    }
+    KBlock { v, scale, off, d }
+}
+
+/// Super-block `sb` of a Q6_K row (unpacked in `blk`) for each token.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn q6k_tokens<const N: usize>(blk: &KBlock, a: &[KActRow<'_>; N], sb: usize, acc: &mut [__m512; N]) {
+    for i in 0..N {
+        let r = &a[i];
+        let q8 = r.qs.as_ptr().add(QK_K * sb);
+        let ld = |k: usize| _mm512_loadu_si512(q8.add(64 * k) as *const __m512i);
+        let mut s = _mm512_madd_epi16(_mm512_maddubs_epi16(blk.v[0], ld(0)), blk.scale[0]);
+        s = dpwssd(s, _mm512_maddubs_epi16(blk.v[1], ld(1)), blk.scale[1]);
+        s = dpwssd(s, _mm512_maddubs_epi16(blk.v[2], ld(2)), blk.scale[2]);
+        s = dpwssd(s, _mm512_maddubs_epi16(blk.v[3], ld(3)), blk.scale[3]);
+        let bs = _mm512_zextsi256_si512(_mm256_loadu_si256(r.bsums.as_ptr().add(16 * sb) as *const __m256i));
+        s = dpwssd(s, blk.off, bs);
+        acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(blk.d * *r.d.get_unchecked(sb)), acc[i]);
     }
 }
 

@@ -13,6 +13,8 @@
 
 use super::dot_avx2;
 use super::dot_avx512;
+#[cfg(target_arch = "x86_64")]
+use super::dot_avx512::Unpacked;
 use super::dot_scalar;
 use super::quant::{dequantize_row, ActRow, KActRow, KActs, QActs, QType, GROUP, QK};
 use memmap2::Mmap;
@@ -202,6 +204,24 @@ trait Acts {
     unsafe fn avx512_group(&self, _t: QType, _w: &[u8], _t0: usize, _out: &mut [[f32; GROUP]]) -> bool {
         false
     }
+    /// Unpack weight rows `w` of `cols` values into `u` for
+    /// [`Acts::avx512_unpacked`]; false when this format has no such kernels.
+    ///
+    /// # Safety
+    /// As [`Acts::avx512`].
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn avx512_unpack(_t: QType, _w: &[u8], _cols: usize, _u: &mut Unpacked) -> bool {
+        false
+    }
+    /// [`Acts::avx512`] on the rows in `u`, bit for bit the same.
+    ///
+    /// # Safety
+    /// As [`Acts::avx512`]; `u` holds `out.len()` rows unpacked by
+    /// [`Acts::avx512_unpack`].
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn avx512_unpacked<const N: usize>(_u: &Unpacked, _a: &[Self::Row<'_>; N], _out: &mut [[f32; N]]) {
+        unreachable!("this format unpacks nothing")
+    }
     /// The portable kernel for one weight row.
     fn scalar(t: QType, w: &[u8], a: Self::Row<'_>) -> f32;
 }
@@ -253,6 +273,15 @@ impl Acts for KActs {
     unsafe fn avx512<const N: usize>(t: QType, w: &[u8], a: &[KActRow<'_>; N], out: &mut [[f32; N]]) {
         dot_avx512::dot_k_rows::<N>(t, w, a, out)
     }
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn avx512_unpack(t: QType, w: &[u8], cols: usize, u: &mut Unpacked) -> bool {
+        dot_avx512::unpack_k(t, w, cols, u);
+        true
+    }
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn avx512_unpacked<const N: usize>(u: &Unpacked, a: &[KActRow<'_>; N], out: &mut [[f32; N]]) {
+        dot_avx512::dot_k_unpacked::<N>(u, a, out)
+    }
     fn scalar(t: QType, w: &[u8], a: KActRow<'_>) -> f32 {
         dot_scalar::dot_k(t, w, a)
     }
@@ -278,29 +307,79 @@ fn rows_q<A: Acts>(w: &QMatrix, a: &A, rows: std::ops::Range<usize>, out: Out, s
         let te = (tb + block).min(tokens);
         for r0 in rows.clone().step_by(TILE) {
             let tile = r0..(r0 + TILE).min(rows.end);
-            let mut t = tb;
-            while t < te {
-                let n = match te - t {
-                    n if n >= 8 && group == 8 => 8,
-                    n if n >= 4 => 4,
-                    n if n >= 2 => 2,
-                    _ => 1,
-                };
-                match n {
-                    8 => dot_n::<A, 8>(w, tile.clone(), a, t, out, set),
-                    4 => dot_n::<A, 4>(w, tile.clone(), a, t, out, set),
-                    2 => dot_n::<A, 2>(w, tile.clone(), a, t, out, set),
-                    _ => dot_n::<A, 1>(w, tile.clone(), a, t, out, set),
+            // Many tokens: the AVX-512 k-quant kernels unpack the tile once.
+            #[cfg(target_arch = "x86_64")]
+            if set == Set::Avx512 && te - tb >= 2 * group {
+                let bytes = &w.data.as_slice()[tile.start * w.row_bytes..tile.end * w.row_bytes];
+                let done = UNPACKED.with_borrow_mut(|u| {
+                    // SAFETY: `Set::Avx512` is only chosen when the CPU has what it needs.
+                    let ok = unsafe { A::avx512_unpack(w.qtype, bytes, w.cols, u) };
+                    if ok {
+                        tile_tokens(w, tile.clone(), a, tb..te, out, set, Some(u));
+                    }
+                    ok
+                });
+                if done {
+                    continue;
                 }
-                t += n;
             }
+            tile_tokens(w, tile, a, tb..te, out, set, None);
         }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+thread_local! {
+    /// Each thread's unpacked weight tile (reused, see [`rows_q`]).
+    static UNPACKED: std::cell::RefCell<Unpacked> = std::cell::RefCell::default();
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+type Unpacked = ();
+
+/// Weight rows `tile` times activation rows `ts`, in groups of eight
+/// (AVX-512) or four, then the remainder by halves; through `unpacked` when
+/// the tile was unpacked.
+#[allow(clippy::too_many_arguments)]
+fn tile_tokens<A: Acts>(
+    w: &QMatrix,
+    tile: std::ops::Range<usize>,
+    a: &A,
+    ts: std::ops::Range<usize>,
+    out: Out,
+    set: Set,
+    unpacked: Option<&Unpacked>,
+) {
+    let group = if set == Set::Avx512 { 8 } else { 4 };
+    let mut t = ts.start;
+    while t < ts.end {
+        let n = match ts.end - t {
+            n if n >= 8 && group == 8 => 8,
+            n if n >= 4 => 4,
+            n if n >= 2 => 2,
+            _ => 1,
+        };
+        match n {
+            8 => dot_n::<A, 8>(w, tile.clone(), a, t, out, set, unpacked),
+            4 => dot_n::<A, 4>(w, tile.clone(), a, t, out, set, unpacked),
+            2 => dot_n::<A, 2>(w, tile.clone(), a, t, out, set, unpacked),
+            _ => dot_n::<A, 1>(w, tile.clone(), a, t, out, set, unpacked),
+        }
+        t += n;
     }
 }
 
 /// Rows `rows` (at most [`TILE`]) of `w` times activation rows `t0..t0 + N`
 /// into the output.
-fn dot_n<A: Acts, const N: usize>(w: &QMatrix, rows: std::ops::Range<usize>, a: &A, t0: usize, out: Out, set: Set) {
+fn dot_n<A: Acts, const N: usize>(
+    w: &QMatrix,
+    rows: std::ops::Range<usize>,
+    a: &A,
+    t0: usize,
+    out: Out,
+    set: Set,
+    unpacked: Option<&Unpacked>,
+) {
     let mut o = [[0f32; N]; TILE];
     let (r0, n) = (rows.start, rows.len());
     let bytes = &w.data.as_slice()[r0 * w.row_bytes..(r0 + n) * w.row_bytes];
@@ -315,12 +394,19 @@ fn dot_n<A: Acts, const N: usize>(w: &QMatrix, rows: std::ops::Range<usize>, a: 
     let acts: [A::Row<'_>; N] = std::array::from_fn(|i| a.row(t0 + i));
     match set {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `Set::Avx512` is only chosen when the CPU has what it needs.
-        Set::Avx512 => unsafe { A::avx512::<N>(w.qtype, bytes, &acts, &mut o[..n]) },
+        // SAFETY: `Set::Avx512` is only chosen when the CPU has what it
+        // needs; `unpacked` holds these rows (see `rows_q`).
+        Set::Avx512 => unsafe {
+            match unpacked {
+                Some(u) => A::avx512_unpacked::<N>(u, &acts, &mut o[..n]),
+                None => A::avx512::<N>(w.qtype, bytes, &acts, &mut o[..n]),
+            }
+        },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `Set::Avx2` is only chosen when the CPU has AVX2, FMA and F16C.
         Set::Avx2 => unsafe { A::avx2::<N>(w.qtype, bytes, &acts, &mut o[..n]) },
         _ => {
+            let _ = unpacked;
             for (k, o) in o[..n].iter_mut().enumerate() {
                 for i in 0..N {
                     o[i] = A::scalar(w.qtype, w.row(r0 + k), acts[i]);

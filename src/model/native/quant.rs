@@ -444,14 +444,24 @@ impl KActs {
             bsums: vec![0; x.len() / 16],
             dsums: vec![0.0; x.len() / 32],
         };
-        for (b, blk) in x.chunks_exact(QK_K).enumerate() {
-            a.d[b] = quantize_block(blk, &mut a.qs[QK_K * b..QK_K * (b + 1)]);
-        }
-        for (s, q) in a.bsums.iter_mut().zip(a.qs.chunks_exact(16)) {
-            *s = q.iter().map(|&v| v as i16).sum();
-        }
-        for (i, s) in a.dsums.iter_mut().enumerate() {
-            *s = a.d[i / 8] * (a.bsums[2 * i] as i32 + a.bsums[2 * i + 1] as i32) as f32;
+        // Per super-block: quants and scale, sums per 16, `d·Σq` per 32.
+        let block = |(((x, qs), d), (bsums, dsums)): (((&[f32], &mut [i8]), &mut f32), (&mut [i16], &mut [f32]))| {
+            *d = quantize_block(x, qs);
+            for (s, q) in bsums.iter_mut().zip(qs.chunks_exact(16)) {
+                *s = q.iter().map(|&v| v as i16).sum();
+            }
+            for (i, s) in dsums.iter_mut().enumerate() {
+                *s = *d * (bsums[2 * i] as i32 + bsums[2 * i + 1] as i32) as f32;
+            }
+        };
+        if x.len() / cols >= PARALLEL_ROWS {
+            let (qs, d) = (a.qs.par_chunks_exact_mut(QK_K), a.d.par_iter_mut());
+            let sums = a.bsums.par_chunks_exact_mut(16).zip(a.dsums.par_chunks_exact_mut(8));
+            x.par_chunks_exact(QK_K).zip(qs).zip(d).zip(sums).with_min_len(16).for_each(block);
+        } else {
+            let (qs, d) = (a.qs.chunks_exact_mut(QK_K), a.d.iter_mut());
+            let sums = a.bsums.chunks_exact_mut(16).zip(a.dsums.chunks_exact_mut(8));
+            x.chunks_exact(QK_K).zip(qs).zip(d).zip(sums).for_each(block);
         }
         a
     }
