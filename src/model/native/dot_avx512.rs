@@ -153,6 +153,66 @@ pub struct Unpacked {
     blocks: Vec<KBlock>,
     /// `dmin·m_j` per row, super-block and sub-block (Q4_K, Q5_K).
     mins: Vec<f32>,
+    /// The 32-value block types: per row, its whole pairs of blocks.
+    pairs: Vec<B32Pair>,
+}
+
+/// Two blocks of a 32-value block type unpacked for [`b32_group`]: their
+/// unsigned quants (Q8_0: `|w|`) side by side, the Q8_0 mask of negative
+/// weights, and each block's scale and offset or minimum.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+pub struct B32Pair {
+    q: __m512i,
+    neg: u64,
+    d: [f32; 2],
+    m: [f32; 2],
+}
+
+/// Unpack the whole block pairs of the `w.len() / row bytes` rows of a
+/// 32-value block type `w` (`cols` values each) into `u`.
+///
+/// # Safety
+/// The CPU must have the features [`available`] checks.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub unsafe fn unpack_b32(t: QType, w: &[u8], cols: usize, u: &mut Unpacked) {
+    let rb = t.row_bytes(cols);
+    assert!(cols >= QK && w.len().is_multiple_of(rb), "32-value block rows");
+    let (rows, np) = (w.len() / rb, cols / QK / 2);
+    u.qtype = Some(t);
+    u.rows = rows;
+    u.pairs.clear();
+    u.pairs.reserve(rows * np);
+    for r in 0..rows {
+        let row = w.as_ptr().add(r * rb);
+        for k in 0..np {
+            let pair = match t {
+                QType::Q4_0 => decode_pair::<T_Q4_0>(row, 2 * k),
+                QType::Q4_1 => decode_pair::<T_Q4_1>(row, 2 * k),
+                QType::Q5_0 => decode_pair::<T_Q5_0>(row, 2 * k),
+                QType::Q5_1 => decode_pair::<T_Q5_1>(row, 2 * k),
+                QType::Q8_0 => decode_pair::<T_Q8_0>(row, 2 * k),
+                _ => panic!("{} is not a 32-value block type", t.name()),
+            };
+            u.pairs.push(pair);
+        }
+    }
+}
+
+/// Blocks `b` and `b + 1` of the row at `row`, unpacked.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn decode_pair<const T: u8>(row: *const u8, b: usize) -> B32Pair {
+    let (bb, _) = block_layout::<T>();
+    let p0 = row.add(bb * b);
+    let p1 = p0.add(bb);
+    prefetch(p0, 2 * bb);
+    let (d0, m0) = block_scale::<T>(p0);
+    let (d1, m1) = block_scale::<T>(p1);
+    let (q, neg) = pair_quants::<T>(p0, p1);
+    B32Pair { q, neg, d: [d0, d1], m: [m0, m1] }
 }
 
 /// Unpack the `w.len() / row bytes` rows of k-quant weights `w` (`cols`
@@ -503,17 +563,21 @@ pub unsafe fn dot_q_rows<const N: usize>(t: QType, w: &[u8], a: &[ActRow<'_>; N]
 /// # Safety
 /// The CPU must have the features [`available`] checks.
 #[cfg(target_arch = "x86_64")]
-pub unsafe fn dot_q_group(t: QType, w: &[u8], a: &ActGroup<'_>, out: &mut [[f32; GROUP]]) {
+pub unsafe fn dot_q_group(t: QType, w: &[u8], a: &ActGroup<'_>, out: &mut [[f32; GROUP]], unpacked: Option<&Unpacked>) {
     let nb = a.cols / QK;
     let rb = t.row_bytes(a.cols);
     assert_eq!(w.len(), rb * out.len(), "weight rows length");
     assert!(a.qs.len() == GROUP * a.cols && a.d.len() == nb * GROUP && a.s.len() == nb * GROUP, "activation group");
+    if let Some(u) = unpacked {
+        assert!(u.qtype == Some(t) && u.rows == out.len() && u.pairs.len() == u.rows * (nb / 2), "unpacked rows");
+    }
+    let pairs = unpacked.map(|u| &u.pairs[..]);
     match t {
-        QType::Q4_0 => rows_group::<T_Q4_0>(w, rb, a, out),
-        QType::Q4_1 => rows_group::<T_Q4_1>(w, rb, a, out),
-        QType::Q5_0 => rows_group::<T_Q5_0>(w, rb, a, out),
-        QType::Q5_1 => rows_group::<T_Q5_1>(w, rb, a, out),
-        QType::Q8_0 => rows_group::<T_Q8_0>(w, rb, a, out),
+        QType::Q4_0 => rows_group::<T_Q4_0>(w, rb, a, out, pairs),
+        QType::Q4_1 => rows_group::<T_Q4_1>(w, rb, a, out, pairs),
+        QType::Q5_0 => rows_group::<T_Q5_0>(w, rb, a, out, pairs),
+        QType::Q5_1 => rows_group::<T_Q5_1>(w, rb, a, out, pairs),
+        QType::Q8_0 => rows_group::<T_Q8_0>(w, rb, a, out, pairs),
         QType::Q4K | QType::Q5K | QType::Q6K => panic!("k-quant weights use dot_k_rows"),
         QType::F32 | QType::F16 => panic!("float weights use dot_f"),
     }
@@ -521,9 +585,17 @@ pub unsafe fn dot_q_group(t: QType, w: &[u8], a: &ActGroup<'_>, out: &mut [[f32;
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn rows_group<const T: u8>(w: &[u8], rb: usize, a: &ActGroup<'_>, out: &mut [[f32; GROUP]]) {
+unsafe fn rows_group<const T: u8>(
+    w: &[u8],
+    rb: usize,
+    a: &ActGroup<'_>,
+    out: &mut [[f32; GROUP]],
+    pairs: Option<&[B32Pair]>,
+) {
+    let np = a.cols / QK / 2;
     for (r, o) in out.iter_mut().enumerate() {
-        b32_group::<T>(w.get_unchecked(r * rb..(r + 1) * rb), a, o);
+        let row = pairs.map(|p| p.get_unchecked(r * np..(r + 1) * np));
+        b32_group::<T>(w.get_unchecked(r * rb..(r + 1) * rb), a, o, row);
     }
 }
 
@@ -536,7 +608,7 @@ unsafe fn rows_group<const T: u8>(w: &[u8], rb: usize, a: &ActGroup<'_>, out: &m
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
-unsafe fn b32_group<const T: u8>(w: &[u8], a: &ActGroup<'_>, out: &mut [f32; GROUP]) {
+unsafe fn b32_group<const T: u8>(w: &[u8], a: &ActGroup<'_>, out: &mut [f32; GROUP], unpacked: Option<&[B32Pair]>) {
     let nb = a.cols / QK;
     let (bb, _) = block_layout::<T>();
     let mut acc = [_mm512_setzero_ps(); GROUP];
@@ -548,12 +620,10 @@ unsafe fn b32_group<const T: u8>(w: &[u8], a: &ActGroup<'_>, out: &mut [f32; GRO
     let (qs, d, s) = (a.qs.as_ptr(), a.d.as_ptr(), a.s.as_ptr());
     let mut b = 0;
     while b + 2 <= nb {
-        let p0 = w.as_ptr().add(bb * b);
-        let p1 = p0.add(bb);
-        prefetch(p0, 2 * bb);
-        let (d0, m0) = block_scale::<T>(p0);
-        let (d1, m1) = block_scale::<T>(p1);
-        let (qabs, neg) = pair_quants::<T>(p0, p1);
+        let B32Pair { q: qabs, neg, d: [d0, d1], m: [m0, m1] } = match unpacked {
+            Some(pairs) => *pairs.get_unchecked(b / 2),
+            None => decode_pair::<T>(w.as_ptr(), b),
+        };
         let lo = _mm256_mul_ps(_mm256_set1_ps(d0), _mm256_loadu_ps(d.add(GROUP * b)));
         let hi = _mm256_mul_ps(_mm256_set1_ps(d1), _mm256_loadu_ps(d.add(GROUP * (b + 1))));
         let scales = _mm512_castpd_ps(_mm512_insertf64x4::<1>(
@@ -700,13 +770,7 @@ unsafe fn b32_pair<const T: u8, const N: usize>(
     acc: &mut [__m512; N],
     corr: &mut [[f32; N]; 2],
 ) {
-    let (bb, _) = block_layout::<T>();
-    let p0 = w.as_ptr().add(bb * b);
-    let p1 = p0.add(bb);
-    prefetch(p0, 2 * bb);
-    let (d0, m0) = block_scale::<T>(p0);
-    let (d1, m1) = block_scale::<T>(p1);
-    let (qabs, neg) = pair_quants::<T>(p0, p1);
+    let B32Pair { q: qabs, neg, d: [d0, d1], m: [m0, m1] } = decode_pair::<T>(w.as_ptr(), b);
     let wd = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(d0), _mm512_set1_ps(d1));
     let halves = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
     for i in 0..N {

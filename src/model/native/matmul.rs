@@ -201,7 +201,14 @@ trait Acts {
     /// # Safety
     /// As [`Acts::avx512`].
     #[cfg(target_arch = "x86_64")]
-    unsafe fn avx512_group(&self, _t: QType, _w: &[u8], _t0: usize, _out: &mut [[f32; GROUP]]) -> bool {
+    unsafe fn avx512_group(
+        &self,
+        _t: QType,
+        _w: &[u8],
+        _t0: usize,
+        _out: &mut [[f32; GROUP]],
+        _unpacked: Option<&Unpacked>,
+    ) -> bool {
         false
     }
     /// Unpack weight rows `w` of `cols` values into `u` for
@@ -219,7 +226,13 @@ trait Acts {
     /// As [`Acts::avx512`]; `u` holds `out.len()` rows unpacked by
     /// [`Acts::avx512_unpack`].
     #[cfg(target_arch = "x86_64")]
-    unsafe fn avx512_unpacked<const N: usize>(_u: &Unpacked, _a: &[Self::Row<'_>; N], _out: &mut [[f32; N]]) {
+    unsafe fn avx512_unpacked<const N: usize>(
+        _u: &Unpacked,
+        _t: QType,
+        _w: &[u8],
+        _a: &[Self::Row<'_>; N],
+        _out: &mut [[f32; N]],
+    ) {
         unreachable!("this format unpacks nothing")
     }
     /// The portable kernel for one weight row.
@@ -243,14 +256,37 @@ impl Acts for QActs {
         dot_avx512::dot_q_rows::<N>(t, w, a, out)
     }
     #[cfg(target_arch = "x86_64")]
-    unsafe fn avx512_group(&self, t: QType, w: &[u8], t0: usize, out: &mut [[f32; GROUP]]) -> bool {
+    unsafe fn avx512_group(
+        &self,
+        t: QType,
+        w: &[u8],
+        t0: usize,
+        out: &mut [[f32; GROUP]],
+        unpacked: Option<&Unpacked>,
+    ) -> bool {
         match self.group(t0) {
             Some(g) => {
-                dot_avx512::dot_q_group(t, w, &g, out);
+                dot_avx512::dot_q_group(t, w, &g, out, unpacked);
                 true
             }
             None => false,
         }
+    }
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn avx512_unpack(t: QType, w: &[u8], cols: usize, u: &mut Unpacked) -> bool {
+        dot_avx512::unpack_b32(t, w, cols, u);
+        true
+    }
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn avx512_unpacked<const N: usize>(
+        _u: &Unpacked,
+        t: QType,
+        w: &[u8],
+        a: &[ActRow<'_>; N],
+        out: &mut [[f32; N]],
+    ) {
+        // Remainders of fewer than GROUP rows unpack on the fly.
+        dot_avx512::dot_q_rows::<N>(t, w, a, out)
     }
     fn scalar(t: QType, w: &[u8], a: ActRow<'_>) -> f32 {
         dot_scalar::dot_q(t, w, a)
@@ -279,7 +315,13 @@ impl Acts for KActs {
         true
     }
     #[cfg(target_arch = "x86_64")]
-    unsafe fn avx512_unpacked<const N: usize>(u: &Unpacked, a: &[KActRow<'_>; N], out: &mut [[f32; N]]) {
+    unsafe fn avx512_unpacked<const N: usize>(
+        u: &Unpacked,
+        _t: QType,
+        _w: &[u8],
+        a: &[KActRow<'_>; N],
+        out: &mut [[f32; N]],
+    ) {
         dot_avx512::dot_k_unpacked::<N>(u, a, out)
     }
     fn scalar(t: QType, w: &[u8], a: KActRow<'_>) -> f32 {
@@ -387,7 +429,7 @@ fn dot_n<A: Acts, const N: usize>(
     if set == Set::Avx512 && N == GROUP {
         let mut g = [[0f32; GROUP]; TILE];
         // SAFETY: `Set::Avx512` is only chosen when the CPU has what it needs.
-        if unsafe { a.avx512_group(w.qtype, bytes, t0, &mut g[..n]) } {
+        if unsafe { a.avx512_group(w.qtype, bytes, t0, &mut g[..n], unpacked) } {
             return scatter(&g[..n], w, r0, t0, out);
         }
     }
@@ -398,7 +440,7 @@ fn dot_n<A: Acts, const N: usize>(
         // needs; `unpacked` holds these rows (see `rows_q`).
         Set::Avx512 => unsafe {
             match unpacked {
-                Some(u) => A::avx512_unpacked::<N>(u, &acts, &mut o[..n]),
+                Some(u) => A::avx512_unpacked::<N>(u, w.qtype, bytes, &acts, &mut o[..n]),
                 None => A::avx512::<N>(w.qtype, bytes, &acts, &mut o[..n]),
             }
         },

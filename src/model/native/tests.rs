@@ -396,14 +396,19 @@ fn avx512_block_pairs_equal_one_block_at_a_time() {
             check::<4>(q, &bytes, &a, 5);
             check::<8>(q, &bytes, &a, 5);
             let acts: [_; 8] = std::array::from_fn(|t| a.row(t));
-            let (mut rows, mut group) = (vec![[0f32; 8]; 5], vec![[0f32; 8]; 5]);
+            let (mut rows, mut group, mut unpacked) = (vec![[0f32; 8]; 5], vec![[0f32; 8]; 5], vec![[0f32; 8]; 5]);
+            let mut u = dot_avx512::Unpacked::default();
+            let g = a.group(0).expect("a whole group");
             // SAFETY: checked `available` above.
             unsafe {
                 dot_avx512::dot_q_rows::<8>(q, &bytes, &acts, &mut rows);
-                dot_avx512::dot_q_group(q, &bytes, &a.group(0).expect("a whole group"), &mut group);
+                dot_avx512::dot_q_group(q, &bytes, &g, &mut group, None);
+                dot_avx512::unpack_b32(q, &bytes, cols, &mut u);
+                dot_avx512::dot_q_group(q, &bytes, &g, &mut unpacked, Some(&u));
             }
-            for (r, g) in rows.iter().flatten().zip(group.iter().flatten()) {
+            for ((r, g), u) in rows.iter().flatten().zip(group.iter().flatten()).zip(unpacked.iter().flatten()) {
                 assert_eq!(r.to_bits(), g.to_bits(), "{}: group kernel {g} vs row kernel {r}", q.name());
+                assert_eq!(r.to_bits(), u.to_bits(), "{}: unpacked group kernel {u} vs row kernel {r}", q.name());
             }
         }
     }
