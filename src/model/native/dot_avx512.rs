@@ -157,7 +157,7 @@ pub struct Unpacked {
     pairs: Vec<B32Pair>,
 }
 
-/// Two blocks of a 32-value block type unpacked for [`b32_group`]: their
+/// Two blocks of a 32-value block type unpacked for `b32_group`: their
 /// unsigned quants (Q8_0: `|w|`) side by side, the Q8_0 mask of negative
 /// weights, and each block's scale and offset or minimum.
 #[cfg(target_arch = "x86_64")]
@@ -375,8 +375,8 @@ unsafe fn k45_unpack<const Q5: bool>(p: *const u8, c: &K45Consts, mins: *mut f32
     if Q5 {
         // Bit j of high-bit byte l is the fifth bit of value l of sub-block j.
         let qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(p.add(16) as *const __m256i));
-        for k in 0..4 {
-            v[k] = _mm512_mask_add_epi8(v[k], _mm512_test_epi8_mask(qh, c.hb[k]), v[k], c.sixteen);
+        for (v, &hb) in v.iter_mut().zip(&c.hb) {
+            *v = _mm512_mask_add_epi8(*v, _mm512_test_epi8_mask(qh, hb), *v, c.sixteen);
         }
     }
     KBlock { v, scale, off: _mm512_setzero_si512(), d }
@@ -558,7 +558,7 @@ pub unsafe fn dot_q_rows<const N: usize>(t: QType, w: &[u8], a: &[ActRow<'_>; N]
 
 /// [`dot_q_rows`] for a group of [`GROUP`] consecutive activation rows, the
 /// prompt's case: the group's block scales and sums are read as vectors (see
-/// [`b32_group`]). Bit for bit the result of [`dot_q_rows`] on the same rows.
+/// `b32_group`). Bit for bit the result of [`dot_q_rows`] on the same rows.
 ///
 /// # Safety
 /// The CPU must have the features [`available`] checks.
@@ -656,14 +656,14 @@ unsafe fn b32_group<const T: u8>(w: &[u8], a: &ActGroup<'_>, out: &mut [f32; GRO
         if T != T_Q8_0 {
             corr[0] = _mm256_fmadd_ps(_mm256_set1_ps(m), _mm256_loadu_ps(s.add(GROUP * b)), corr[0]);
         }
-        for i in 0..GROUP {
+        for (i, e) in even.iter_mut().enumerate() {
             let mut av = _mm256_loadu_si256(qs.add(i * a.cols + QK * b) as *const __m256i);
             if T == T_Q8_0 {
                 av = _mm256_sign_epi8(av, neg);
             }
             let sum = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), q, av));
             let scale = _mm256_permutevar8x32_ps(scales, _mm256_set1_epi32(i as i32));
-            even[i] = _mm256_fmadd_ps(sum, scale, even[i]);
+            *e = _mm256_fmadd_ps(sum, scale, *e);
         }
     }
     let mut c = [[0f32; GROUP]; 2];

@@ -316,6 +316,12 @@ pub struct ActGroup<'a> {
     pub s: &'a [f32],
 }
 
+/// One row to quantize: values, quants, scales, `d·Σq` per block.
+type RowParts<'a> = ((&'a [f32], &'a mut [i8]), (&'a mut [f32], &'a mut [f32]));
+
+/// One super-block to quantize: values, quants, scale, sums per 16, `d·Σq` per 32.
+type SuperBlockParts<'a> = (((&'a [f32], &'a mut [i8]), &'a mut f32), (&'a mut [i16], &'a mut [f32]));
+
 /// Rows at which quantizing goes parallel.
 const PARALLEL_ROWS: usize = 16;
 
@@ -328,7 +334,7 @@ impl QActs {
         let nb = cols / QK;
         let mut a =
             QActs { cols, qs: vec![0; x.len()], d: vec![0.0; nblocks], s: vec![0.0; nblocks], ..QActs::default() };
-        let row = |((x, qs), (d, s)): ((&[f32], &mut [i8]), (&mut [f32], &mut [f32]))| {
+        let row = |((x, qs), (d, s)): RowParts<'_>| {
             for (b, blk) in x.chunks_exact(QK).enumerate() {
                 let q = &mut qs[QK * b..QK * (b + 1)];
                 let db = quantize_block(blk, q);
@@ -445,7 +451,7 @@ impl KActs {
             dsums: vec![0.0; x.len() / 32],
         };
         // Per super-block: quants and scale, sums per 16, `d·Σq` per 32.
-        let block = |(((x, qs), d), (bsums, dsums)): (((&[f32], &mut [i8]), &mut f32), (&mut [i16], &mut [f32]))| {
+        let block = |(((x, qs), d), (bsums, dsums)): SuperBlockParts<'_>| {
             *d = quantize_block(x, qs);
             for (s, q) in bsums.iter_mut().zip(qs.chunks_exact(16)) {
                 *s = q.iter().map(|&v| v as i16).sum();
