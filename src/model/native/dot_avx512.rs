@@ -382,6 +382,19 @@ unsafe fn k45_unpack<const Q5: bool>(p: *const u8, c: &K45Consts, mins: *mut f32
     KBlock { v, scale, off: _mm512_setzero_si512(), d }
 }
 
+/// The super-block's quants times the 256 activations at `q8`, weighted by
+/// the sub-block scales, in sixteen i32 lanes: four `vpmaddubsw`, then
+/// `vpmaddwd` and three `vpdpwssd`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn scaled_dot(blk: &KBlock, q8: *const i8) -> __m512i {
+    let ld = |k: usize| _mm512_loadu_si512(q8.add(64 * k) as *const __m512i);
+    let mut s = _mm512_madd_epi16(_mm512_maddubs_epi16(blk.v[0], ld(0)), blk.scale[0]);
+    s = dpwssd(s, _mm512_maddubs_epi16(blk.v[1], ld(1)), blk.scale[1]);
+    s = dpwssd(s, _mm512_maddubs_epi16(blk.v[2], ld(2)), blk.scale[2]);
+    dpwssd(s, _mm512_maddubs_epi16(blk.v[3], ld(3)), blk.scale[3])
+}
+
 /// Super-block `sb` of a Q4_K or Q5_K row (unpacked in `blk`) for each token.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
@@ -389,12 +402,7 @@ unsafe fn k45_tokens<const N: usize>(blk: &KBlock, a: &[KActRow<'_>; N], sb: usi
     let d = _mm512_set1_ps(blk.d);
     for i in 0..N {
         let r = &a[i];
-        let q8 = r.qs.as_ptr().add(QK_K * sb);
-        let ld = |k: usize| _mm512_loadu_si512(q8.add(64 * k) as *const __m512i);
-        let mut s = _mm512_madd_epi16(_mm512_maddubs_epi16(blk.v[0], ld(0)), blk.scale[0]);
-        s = dpwssd(s, _mm512_maddubs_epi16(blk.v[1], ld(1)), blk.scale[1]);
-        s = dpwssd(s, _mm512_maddubs_epi16(blk.v[2], ld(2)), blk.scale[2]);
-        s = dpwssd(s, _mm512_maddubs_epi16(blk.v[3], ld(3)), blk.scale[3]);
+        let s = scaled_dot(blk, r.qs.as_ptr().add(QK_K * sb));
         let dd = _mm512_mul_ps(d, _mm512_set1_ps(*r.d.get_unchecked(sb)));
         acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), dd, acc[i]);
     }
@@ -520,12 +528,7 @@ unsafe fn q6k_unpack(p: *const u8, c: &Q6Consts) -> KBlock {
 unsafe fn q6k_tokens<const N: usize>(blk: &KBlock, a: &[KActRow<'_>; N], sb: usize, acc: &mut [__m512; N]) {
     for i in 0..N {
         let r = &a[i];
-        let q8 = r.qs.as_ptr().add(QK_K * sb);
-        let ld = |k: usize| _mm512_loadu_si512(q8.add(64 * k) as *const __m512i);
-        let mut s = _mm512_madd_epi16(_mm512_maddubs_epi16(blk.v[0], ld(0)), blk.scale[0]);
-        s = dpwssd(s, _mm512_maddubs_epi16(blk.v[1], ld(1)), blk.scale[1]);
-        s = dpwssd(s, _mm512_maddubs_epi16(blk.v[2], ld(2)), blk.scale[2]);
-        s = dpwssd(s, _mm512_maddubs_epi16(blk.v[3], ld(3)), blk.scale[3]);
+        let mut s = scaled_dot(blk, r.qs.as_ptr().add(QK_K * sb));
         let bs = _mm512_zextsi256_si512(_mm256_loadu_si256(r.bsums.as_ptr().add(16 * sb) as *const __m256i));
         s = dpwssd(s, blk.off, bs);
         acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(blk.d * *r.d.get_unchecked(sb)), acc[i]);
