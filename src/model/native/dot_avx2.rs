@@ -25,14 +25,15 @@ use std::arch::x86_64::{
 use std::arch::x86_64::{
     __m128i, __m256, __m256i, _mm256_add_ps, _mm256_and_si256, _mm256_broadcastsi128_si256, _mm256_castps256_ps128,
     _mm256_cmpeq_epi8, _mm256_cvtepi32_ps, _mm256_cvtph_ps, _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_loadu_ps,
-    _mm256_loadu_si256, _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_or_si256, _mm256_set1_epi16, _mm256_set1_epi32,
-    _mm256_set1_epi64x, _mm256_set1_epi8, _mm256_set1_ps, _mm256_set_epi32, _mm256_set_epi64x, _mm256_set_m128i,
-    _mm256_setzero_ps, _mm256_shuffle_epi8, _mm256_sign_epi8, _mm256_slli_epi16, _mm256_srl_epi16, _mm256_srli_epi16,
-    _mm256_srlv_epi32, _mm256_sub_epi8, _mm_add_ps, _mm_add_ss, _mm_cvtph_ps, _mm_cvtsi32_si128, _mm_cvtss_f32,
-    _mm_loadu_si128, _mm_movehdup_ps, _mm_movehl_ps, _mm_set1_epi16,
+    _mm256_loadu_si256, _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_mul_ps, _mm256_or_si256,
+    _mm256_permutevar8x32_ps, _mm256_set1_epi16, _mm256_set1_epi32, _mm256_set1_epi64x, _mm256_set1_epi8,
+    _mm256_set1_ps, _mm256_set_epi32, _mm256_set_epi64x, _mm256_set_m128i, _mm256_setzero_ps, _mm256_shuffle_epi8,
+    _mm256_sign_epi8, _mm256_slli_epi16, _mm256_srl_epi16, _mm256_srli_epi16, _mm256_srlv_epi32, _mm256_storeu_ps,
+    _mm256_sub_epi8, _mm_add_ps, _mm_add_ss, _mm_cvtph_ps, _mm_cvtsi32_si128, _mm_cvtss_f32, _mm_loadu_si128,
+    _mm_movehdup_ps, _mm_movehl_ps, _mm_set1_epi16,
 };
 
-use super::quant::{ActRow, KActRow, QType, QK, QK_K};
+use super::quant::{ActGroup, ActRow, KActRow, QType, GROUP, QK, QK_K};
 
 /// True when this CPU has AVX2, FMA and F16C.
 pub fn available() -> bool {
@@ -162,16 +163,11 @@ unsafe fn b32<const T: u8, const N: usize>(w: &[u8], a: &[ActRow<'_>; N], out: &
     }
 }
 
-/// Block `b` of a 32-value-block row into the accumulators.
+/// Block `b` of a Q4_0, Q4_1, Q5_0 or Q5_1 row: its scale, its minimum (0
+/// for the offset types) and its unsigned quants (0..16 or 0..32).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn b32_step<const T: u8, const N: usize>(
-    w: &[u8],
-    a: &[ActRow<'_>; N],
-    b: usize,
-    acc: &mut [__m256; N],
-    corr: &mut [f32; N],
-) {
+unsafe fn decode_block<const T: u8>(w: &[u8], b: usize) -> (f32, f32, __m256i) {
     let (bb, qs_off) = match T {
         T_Q4_0 => (18, 2),
         T_Q4_1 => (20, 4),
@@ -180,8 +176,7 @@ unsafe fn b32_step<const T: u8, const N: usize>(
     };
     let p = w.as_ptr().add(bb * b);
     // d (and the minimum m for the types that have one), converted together.
-    let with_min = T == T_Q4_1 || T == T_Q5_1;
-    let (d, m) = if with_min {
+    let (d, m) = if T == T_Q4_1 || T == T_Q5_1 {
         let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(std::ptr::read_unaligned(p as *const i32)));
         (_mm_cvtss_f32(dm), _mm_cvtss_f32(_mm_movehdup_ps(dm)))
     } else {
@@ -196,6 +191,93 @@ unsafe fn b32_step<const T: u8, const N: usize>(
         let qh = std::ptr::read_unaligned(p.add(qs_off - 4) as *const u32);
         q = _mm256_or_si256(q, high_bits(qh));
     }
+    (d, m, q)
+}
+
+/// [`dot_q_rows`] for a group of [`GROUP`] consecutive activation rows (a
+/// prompt's): the group's block scales and sums are read as vectors, so the
+/// scale products of a block are one multiply for all rows (each row takes
+/// its lane with one permute) and the minimums' term one multiply-add.
+/// Bit for bit the result of [`dot_q_rows`] on the same rows. Q8_0 has no
+/// group kernel: false.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C.
+#[cfg(target_arch = "x86_64")]
+pub unsafe fn dot_q_group(t: QType, w: &[u8], a: &ActGroup<'_>, out: &mut [[f32; GROUP]]) -> bool {
+    let nb = a.cols / QK;
+    let rb = t.row_bytes(a.cols);
+    assert_eq!(w.len(), rb * out.len(), "weight rows length");
+    assert!(a.qs.len() == GROUP * a.cols && a.d.len() == nb * GROUP && a.s.len() == nb * GROUP, "activation group");
+    match t {
+        QType::Q4_0 => rows_group::<T_Q4_0>(w, rb, a, out),
+        QType::Q4_1 => rows_group::<T_Q4_1>(w, rb, a, out),
+        QType::Q5_0 => rows_group::<T_Q5_0>(w, rb, a, out),
+        QType::Q5_1 => rows_group::<T_Q5_1>(w, rb, a, out),
+        _ => return false,
+    }
+    true
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn rows_group<const T: u8>(w: &[u8], rb: usize, a: &ActGroup<'_>, out: &mut [[f32; GROUP]]) {
+    for (r, o) in out.iter_mut().enumerate() {
+        b32_group::<T>(w.get_unchecked(r * rb..(r + 1) * rb), a, o);
+    }
+}
+
+/// One weight row against a group of [`GROUP`] activation rows; each lane
+/// does the operations [`b32_step`] does for its row, in the same order.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn b32_group<const T: u8>(w: &[u8], a: &ActGroup<'_>, out: &mut [f32; GROUP]) {
+    let nb = a.cols / QK;
+    let with_min = T == T_Q4_1 || T == T_Q5_1;
+    let mut acc = [_mm256_setzero_ps(); GROUP];
+    let mut corr = _mm256_setzero_ps();
+    let (qs, gd, gs) = (a.qs.as_ptr(), a.d.as_ptr(), a.s.as_ptr());
+    for b in 0..nb {
+        let (d, m, q) = decode_block::<T>(w, b);
+        let scales = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_loadu_ps(gd.add(GROUP * b)));
+        let act = |i: usize| _mm256_loadu_si256(qs.add(i * a.cols + QK * b) as *const __m256i);
+        if with_min {
+            corr = _mm256_fmadd_ps(_mm256_set1_ps(m), _mm256_loadu_ps(gs.add(GROUP * b)), corr);
+            for (i, acc) in acc.iter_mut().enumerate() {
+                let scale = _mm256_permutevar8x32_ps(scales, _mm256_set1_epi32(i as i32));
+                *acc = _mm256_fmadd_ps(udot(q, act(i)), scale, *acc);
+            }
+        } else {
+            let qs = _mm256_sub_epi8(q, _mm256_set1_epi8(if T == T_Q4_0 { 8 } else { 16 }));
+            let qabs = _mm256_sign_epi8(qs, qs);
+            for (i, acc) in acc.iter_mut().enumerate() {
+                let av = _mm256_sign_epi8(act(i), qs);
+                let s = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(qabs, av), _mm256_set1_epi16(1)));
+                let scale = _mm256_permutevar8x32_ps(scales, _mm256_set1_epi32(i as i32));
+                *acc = _mm256_fmadd_ps(s, scale, *acc);
+            }
+        }
+    }
+    let mut c = [0f32; GROUP];
+    _mm256_storeu_ps(c.as_mut_ptr(), corr);
+    for i in 0..GROUP {
+        out[i] = hsum(acc[i]) + c[i];
+    }
+}
+
+/// Block `b` of a 32-value-block row into the accumulators.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn b32_step<const T: u8, const N: usize>(
+    w: &[u8],
+    a: &[ActRow<'_>; N],
+    b: usize,
+    acc: &mut [__m256; N],
+    corr: &mut [f32; N],
+) {
+    let (d, m, q) = decode_block::<T>(w, b);
+    let with_min = T == T_Q4_1 || T == T_Q5_1;
     if with_min {
         for i in 0..N {
             let r = &a[i];

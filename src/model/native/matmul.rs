@@ -211,6 +211,15 @@ trait Acts {
     ) -> bool {
         false
     }
+    /// The AVX2 kernel for the [`GROUP`] rows from `t0`, when this format and
+    /// weight type have one: it must give what [`Acts::avx2`] gives.
+    ///
+    /// # Safety
+    /// As [`Acts::avx2`].
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn avx2_group(&self, _t: QType, _w: &[u8], _t0: usize, _out: &mut [[f32; GROUP]]) -> bool {
+        false
+    }
     /// Unpack weight rows `w` of `cols` values into `u` for
     /// [`Acts::avx512_unpacked`]; false when this format has no such kernels.
     ///
@@ -269,6 +278,13 @@ impl Acts for QActs {
                 dot_avx512::dot_q_group(t, w, &g, out, unpacked);
                 true
             }
+            None => false,
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn avx2_group(&self, t: QType, w: &[u8], t0: usize, out: &mut [[f32; GROUP]]) -> bool {
+        match self.group(t0) {
+            Some(g) => dot_avx2::dot_q_group(t, w, &g, out),
             None => false,
         }
     }
@@ -338,12 +354,12 @@ const TOKEN_BLOCK_BYTES: usize = 512 * 1024;
 
 /// Rows `rows` of `w` for every activation row. Tokens go in blocks that fit
 /// the cache; within a block, each tile of [`TILE`] weight rows meets the
-/// tokens eight (AVX-512) or four at a time, then the remainder by halves.
+/// tokens in groups (see [`token_group`]), then the remainder by halves.
 /// How tokens are grouped never changes a result: the kernels compute each
 /// token's sum in the same order whatever their `N`.
 fn rows_q<A: Acts>(w: &QMatrix, a: &A, rows: std::ops::Range<usize>, out: Out, set: Set) {
     let tokens = a.rows();
-    let group = if set == Set::Avx512 { 8 } else { 4 };
+    let group = token_group(set, w.qtype);
     let block = (TOKEN_BLOCK_BYTES / w.cols.max(1)).max(group) / group * group;
     for tb in (0..tokens).step_by(block) {
         let te = (tb + block).min(tokens);
@@ -370,6 +386,17 @@ fn rows_q<A: Acts>(w: &QMatrix, a: &A, rows: std::ops::Range<usize>, out: Out, s
     }
 }
 
+/// Tokens a weight tile meets at once: 8 with AVX-512, and with AVX2 for the
+/// 32-value types that have a group kernel; else 4 (the AVX2 k-quant
+/// kernels keep 4 tokens' sums in registers).
+fn token_group(set: Set, t: QType) -> usize {
+    match (set, t) {
+        (Set::Avx512, _) => 8,
+        (Set::Avx2, QType::Q4_0 | QType::Q4_1 | QType::Q5_0 | QType::Q5_1) => GROUP,
+        _ => 4,
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 thread_local! {
     /// Each thread's unpacked weight tile (reused, see [`rows_q`]).
@@ -392,7 +419,7 @@ fn tile_tokens<A: Acts>(
     set: Set,
     unpacked: Option<&Unpacked>,
 ) {
-    let group = if set == Set::Avx512 { 8 } else { 4 };
+    let group = token_group(set, w.qtype);
     let mut t = ts.start;
     while t < ts.end {
         let n = match ts.end - t {
@@ -430,6 +457,14 @@ fn dot_n<A: Acts, const N: usize>(
         let mut g = [[0f32; GROUP]; TILE];
         // SAFETY: `Set::Avx512` is only chosen when the CPU has what it needs.
         if unsafe { a.avx512_group(w.qtype, bytes, t0, &mut g[..n], unpacked) } {
+            return scatter(&g[..n], w, r0, t0, out);
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    if set == Set::Avx2 && N == GROUP {
+        let mut g = [[0f32; GROUP]; TILE];
+        // SAFETY: `Set::Avx2` is only chosen when the CPU has AVX2, FMA and F16C.
+        if unsafe { a.avx2_group(w.qtype, bytes, t0, &mut g[..n]) } {
             return scatter(&g[..n], w, r0, t0, out);
         }
     }
