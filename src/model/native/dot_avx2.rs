@@ -33,7 +33,7 @@ use std::arch::x86_64::{
     _mm_movehdup_ps, _mm_movehl_ps, _mm_set1_epi16,
 };
 
-use super::quant::{ActGroup, ActRow, KActRow, QType, GROUP, QK, QK_K};
+use super::quant::{act_blocks, kact_blocks, weight_row_bytes, ActGroup, ActRow, KActRow, QType, GROUP, QK, QK_K};
 
 /// True when this CPU has AVX2, FMA and F16C.
 pub fn available() -> bool {
@@ -64,12 +64,7 @@ pub unsafe fn dot_q<const N: usize>(t: QType, w: &[u8], a: &[ActRow<'_>; N], out
 /// The CPU must have AVX2, FMA and F16C ([`available`]).
 #[cfg(target_arch = "x86_64")]
 pub unsafe fn dot_q_rows<const N: usize>(t: QType, w: &[u8], a: &[ActRow<'_>; N], out: &mut [[f32; N]]) {
-    let nb = a[0].d.len();
-    let rb = t.row_bytes(nb * QK);
-    assert_eq!(w.len(), rb * out.len(), "weight rows length");
-    for r in a.iter() {
-        assert!(r.qs.len() == nb * QK && r.d.len() == nb && r.s.len() == nb, "activation row length");
-    }
+    let rb = weight_row_bytes(t, w, act_blocks(a) * QK, out.len());
     match t {
         QType::Q4_0 => rows_b32::<T_Q4_0, N>(w, rb, a, out),
         QType::Q4_1 => rows_b32::<T_Q4_1, N>(w, rb, a, out),
@@ -205,10 +200,8 @@ unsafe fn decode_block<const T: u8>(w: &[u8], b: usize) -> (f32, f32, __m256i) {
 /// The CPU must have AVX2, FMA and F16C.
 #[cfg(target_arch = "x86_64")]
 pub unsafe fn dot_q_group(t: QType, w: &[u8], a: &ActGroup<'_>, out: &mut [[f32; GROUP]]) -> bool {
-    let nb = a.cols / QK;
-    let rb = t.row_bytes(a.cols);
-    assert_eq!(w.len(), rb * out.len(), "weight rows length");
-    assert!(a.qs.len() == GROUP * a.cols && a.d.len() == nb * GROUP && a.s.len() == nb * GROUP, "activation group");
+    a.blocks();
+    let rb = weight_row_bytes(t, w, a.cols, out.len());
     match t {
         QType::Q4_0 => rows_group::<T_Q4_0>(w, rb, a, out),
         QType::Q4_1 => rows_group::<T_Q4_1>(w, rb, a, out),
@@ -375,12 +368,8 @@ unsafe fn load8(t: QType, w: &[u8], i: usize) -> __m256 {
 /// The CPU must have AVX2, FMA and F16C ([`available`]).
 #[cfg(target_arch = "x86_64")]
 pub unsafe fn dot_k_rows<const N: usize>(t: QType, w: &[u8], a: &[KActRow<'_>; N], out: &mut [[f32; N]]) {
-    let nsb = a[0].d.len();
-    let rb = t.row_bytes(nsb * QK_K);
-    assert_eq!(w.len(), rb * out.len(), "weight rows length");
-    for r in a.iter() {
-        assert!(r.qs.len() == nsb * QK_K && r.d.len() == nsb && r.bsums.len() == 16 * nsb, "activation row length");
-    }
+    let nsb = kact_blocks(a);
+    let rb = weight_row_bytes(t, w, nsb * QK_K, out.len());
     match t {
         QType::Q4K => rows_kk::<false, N>(w, rb, a, out),
         QType::Q5K => rows_kk::<true, N>(w, rb, a, out),

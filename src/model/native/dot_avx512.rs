@@ -24,7 +24,7 @@ use std::arch::x86_64::*;
 
 #[cfg(target_arch = "x86_64")]
 use super::dot_avx2::{f16_at, high_bits, scales_mins};
-use super::quant::{ActGroup, ActRow, KActRow, QType, GROUP, QK, QK_K};
+use super::quant::{act_blocks, kact_blocks, weight_row_bytes, ActGroup, ActRow, KActRow, QType, GROUP, QK, QK_K};
 
 /// True when this CPU has AVX2, FMA, F16C, AVX-512 F/BW/VL and AVX-512 VNNI.
 pub fn available() -> bool {
@@ -66,12 +66,8 @@ unsafe fn prefetch(p: *const u8, len: usize) {
 /// The CPU must have the features [`available`] checks.
 #[cfg(target_arch = "x86_64")]
 pub unsafe fn dot_k_rows<const N: usize>(t: QType, w: &[u8], a: &[KActRow<'_>; N], out: &mut [[f32; N]]) {
-    let nsb = a[0].d.len();
-    let rb = t.row_bytes(nsb * QK_K);
-    assert_eq!(w.len(), rb * out.len(), "weight rows length");
-    for r in a.iter() {
-        assert!(r.qs.len() == nsb * QK_K && r.d.len() == nsb && r.bsums.len() == 16 * nsb, "activation row length");
-    }
+    let nsb = kact_blocks(a);
+    let rb = weight_row_bytes(t, w, nsb * QK_K, out.len());
     match t {
         QType::Q4K => rows_k45::<false, N>(w, rb, a, out),
         QType::Q5K => rows_k45::<true, N>(w, rb, a, out),
@@ -260,9 +256,7 @@ pub unsafe fn unpack_k(t: QType, w: &[u8], cols: usize, u: &mut Unpacked) {
 pub unsafe fn dot_k_unpacked<const N: usize>(u: &Unpacked, a: &[KActRow<'_>; N], out: &mut [[f32; N]]) {
     let nsb = u.nsb;
     assert_eq!(out.len(), u.rows, "unpacked rows");
-    for r in a.iter() {
-        assert!(r.qs.len() == nsb * QK_K && r.d.len() == nsb && r.bsums.len() == 16 * nsb, "activation row length");
-    }
+    assert_eq!(kact_blocks(a), nsb, "activation rows vs unpacked rows");
     for (r, o) in out.iter_mut().enumerate() {
         let blocks = &u.blocks[r * nsb..(r + 1) * nsb];
         let mut acc = [_mm512_setzero_ps(); N];
@@ -542,12 +536,7 @@ unsafe fn q6k_tokens<const N: usize>(blk: &KBlock, a: &[KActRow<'_>; N], sb: usi
 /// The CPU must have the features [`available`] checks.
 #[cfg(target_arch = "x86_64")]
 pub unsafe fn dot_q_rows<const N: usize>(t: QType, w: &[u8], a: &[ActRow<'_>; N], out: &mut [[f32; N]]) {
-    let nb = a[0].d.len();
-    let rb = t.row_bytes(nb * QK);
-    assert_eq!(w.len(), rb * out.len(), "weight rows length");
-    for r in a.iter() {
-        assert!(r.qs.len() == nb * QK && r.d.len() == nb && r.s.len() == nb, "activation row length");
-    }
+    let rb = weight_row_bytes(t, w, act_blocks(a) * QK, out.len());
     match t {
         QType::Q4_0 => rows_b32::<T_Q4_0, N>(w, rb, a, out),
         QType::Q4_1 => rows_b32::<T_Q4_1, N>(w, rb, a, out),
@@ -567,10 +556,8 @@ pub unsafe fn dot_q_rows<const N: usize>(t: QType, w: &[u8], a: &[ActRow<'_>; N]
 /// The CPU must have the features [`available`] checks.
 #[cfg(target_arch = "x86_64")]
 pub unsafe fn dot_q_group(t: QType, w: &[u8], a: &ActGroup<'_>, out: &mut [[f32; GROUP]], unpacked: Option<&Unpacked>) {
-    let nb = a.cols / QK;
-    let rb = t.row_bytes(a.cols);
-    assert_eq!(w.len(), rb * out.len(), "weight rows length");
-    assert!(a.qs.len() == GROUP * a.cols && a.d.len() == nb * GROUP && a.s.len() == nb * GROUP, "activation group");
+    let nb = a.blocks();
+    let rb = weight_row_bytes(t, w, a.cols, out.len());
     if let Some(u) = unpacked {
         assert!(u.qtype == Some(t) && u.rows == out.len() && u.pairs.len() == u.rows * (nb / 2), "unpacked rows");
     }
@@ -744,8 +731,7 @@ unsafe fn b32_blockwise<const T: u8, const N: usize>(w: &[u8], a: &[ActRow<'_>; 
 /// As [`dot_q_rows`].
 #[cfg(all(test, target_arch = "x86_64"))]
 pub unsafe fn dot_q_rows_blockwise<const N: usize>(t: QType, w: &[u8], a: &[ActRow<'_>; N], out: &mut [[f32; N]]) {
-    let rb = t.row_bytes(a[0].d.len() * QK);
-    assert_eq!(w.len(), rb * out.len(), "weight rows length");
+    let rb = weight_row_bytes(t, w, act_blocks(a) * QK, out.len());
     for (r, o) in out.iter_mut().enumerate() {
         let w = &w[r * rb..(r + 1) * rb];
         match t {

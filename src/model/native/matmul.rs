@@ -365,7 +365,7 @@ fn rows_q<A: Acts>(w: &QMatrix, a: &A, rows: std::ops::Range<usize>, out: Out, s
         let te = (tb + block).min(tokens);
         for r0 in rows.clone().step_by(TILE) {
             let tile = r0..(r0 + TILE).min(rows.end);
-            // Many tokens: the AVX-512 k-quant kernels unpack the tile once.
+            // Many tokens: the AVX-512 kernels unpack the tile once.
             #[cfg(target_arch = "x86_64")]
             if set == Set::Avx512 && te - tb >= 2 * group {
                 let bytes = &w.data.as_slice()[tile.start * w.row_bytes..tile.end * w.row_bytes];
@@ -406,8 +406,8 @@ thread_local! {
 #[cfg(not(target_arch = "x86_64"))]
 type Unpacked = ();
 
-/// Weight rows `tile` times activation rows `ts`, in groups of eight
-/// (AVX-512) or four, then the remainder by halves; through `unpacked` when
+/// Weight rows `tile` times activation rows `ts`, in groups (see
+/// [`token_group`]), then the remainder by halves; through `unpacked` when
 /// the tile was unpacked.
 #[allow(clippy::too_many_arguments)]
 fn tile_tokens<A: Acts>(
@@ -453,18 +453,16 @@ fn dot_n<A: Acts, const N: usize>(
     let (r0, n) = (rows.start, rows.len());
     let bytes = &w.data.as_slice()[r0 * w.row_bytes..(r0 + n) * w.row_bytes];
     #[cfg(target_arch = "x86_64")]
-    if set == Set::Avx512 && N == GROUP {
+    if N == GROUP && set != Set::Scalar {
         let mut g = [[0f32; GROUP]; TILE];
-        // SAFETY: `Set::Avx512` is only chosen when the CPU has what it needs.
-        if unsafe { a.avx512_group(w.qtype, bytes, t0, &mut g[..n], unpacked) } {
-            return scatter(&g[..n], w, r0, t0, out);
-        }
-    }
-    #[cfg(target_arch = "x86_64")]
-    if set == Set::Avx2 && N == GROUP {
-        let mut g = [[0f32; GROUP]; TILE];
-        // SAFETY: `Set::Avx2` is only chosen when the CPU has AVX2, FMA and F16C.
-        if unsafe { a.avx2_group(w.qtype, bytes, t0, &mut g[..n]) } {
+        // SAFETY: each set is only chosen when the CPU has what its kernels need.
+        let done = unsafe {
+            match set {
+                Set::Avx512 => a.avx512_group(w.qtype, bytes, t0, &mut g[..n], unpacked),
+                _ => a.avx2_group(w.qtype, bytes, t0, &mut g[..n]),
+            }
+        };
+        if done {
             return scatter(&g[..n], w, r0, t0, out);
         }
     }

@@ -316,6 +316,34 @@ pub struct ActGroup<'a> {
     pub s: &'a [f32],
 }
 
+/// Blocks per row of the activation rows `a`, after checking that they all
+/// have the same length (the SIMD kernels read them unchecked).
+pub fn act_blocks<const N: usize>(a: &[ActRow<'_>; N]) -> usize {
+    let nb = a[0].d.len();
+    for r in a.iter() {
+        assert!(r.qs.len() == nb * QK && r.d.len() == nb && r.s.len() == nb, "activation row length");
+    }
+    nb
+}
+
+/// Super-blocks per row of the Q8_K activation rows `a`, checked as
+/// [`act_blocks`] checks.
+pub fn kact_blocks<const N: usize>(a: &[KActRow<'_>; N]) -> usize {
+    let nsb = a[0].d.len();
+    for r in a.iter() {
+        assert!(r.qs.len() == nsb * QK_K && r.d.len() == nsb && r.bsums.len() == 16 * nsb, "activation row length");
+    }
+    nsb
+}
+
+/// Bytes per row of `rows` weight rows of type `t` and `cols` values, after
+/// checking that `w` holds exactly these rows.
+pub fn weight_row_bytes(t: QType, w: &[u8], cols: usize, rows: usize) -> usize {
+    let rb = t.row_bytes(cols);
+    assert_eq!(w.len(), rb * rows, "weight rows length");
+    rb
+}
+
 /// One row to quantize: values, quants, scales, `d·Σq` per block.
 type RowParts<'a> = ((&'a [f32], &'a mut [i8]), (&'a mut [f32], &'a mut [f32]));
 
@@ -324,6 +352,18 @@ type SuperBlockParts<'a> = (((&'a [f32], &'a mut [i8]), &'a mut f32), (&'a mut [
 
 /// Rows at which quantizing goes parallel.
 const PARALLEL_ROWS: usize = 16;
+
+impl ActGroup<'_> {
+    /// Blocks per row, after checking the group's lengths.
+    pub fn blocks(&self) -> usize {
+        let nb = self.cols / QK;
+        assert!(
+            self.qs.len() == GROUP * self.cols && self.d.len() == nb * GROUP && self.s.len() == nb * GROUP,
+            "activation group"
+        );
+        nb
+    }
+}
 
 impl QActs {
     /// Quantize `x`, a row-major matrix of rows of `cols` values
