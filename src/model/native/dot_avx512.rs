@@ -5,13 +5,18 @@
 //!
 //! The k-quant types meet Q8_K activations as in [`super::dot_avx2`], on
 //! 64 values per instruction: each super-block's weights are unpacked once
-//! into four 64-byte vectors of unsigned quants (and their sub-block scales
-//! into four vectors of 16-bit lanes), then, for each token, `vpmaddubsw`
-//! multiplies them with the activations and `vpdpwssd` weights the pair sums
-//! by the scales and accumulates them in i32 (one instruction where AVX2 needs
-//! two). One conversion and two float operations per super-block and token
-//! follow. The 32-value block types meet Q8_0-style activations with
-//! `vpdpbusd` on 256-bit vectors (AVX-512 VL), one block per vector.
+//! into four 64-byte vectors of unsigned quants. By default they are in the
+//! sub-block order ([`super::quant::sub_order`]; the activations keep a copy
+//! in the same order), where each i32 lane of `vpdpbusd` sums products of one
+//! sub-block only: per token, four `vpdpbusd` (six instructions fewer than
+//! the value order), one conversion, and the sub-block scales as floats
+//! (`d·scale` per lane, times the activation scale) in one multiply and one
+//! multiply-add. With `THEMISTO_NATIVE_KERNELS=avx512-v1` the earlier
+//! kernels run instead (value order; `vpmaddubsw`, then `vpdpwssd` weights
+//! the pair sums by the scales in i32, then one conversion and two float
+//! operations), which reproduce earlier results bit for bit. The 32-value
+//! block types meet Q8_0-style activations with `vpdpbusd`, two blocks per
+//! 512-bit vector.
 //!
 //! Each token's sum is computed by the same instructions in the same order
 //! whatever `N` is, so a row of a multi-token product equals the row alone.
@@ -68,27 +73,35 @@ unsafe fn prefetch(p: *const u8, len: usize) {
 pub unsafe fn dot_k_rows<const N: usize>(t: QType, w: &[u8], a: &[KActRow<'_>; N], out: &mut [[f32; N]]) {
     let nsb = kact_blocks(a);
     let rb = weight_row_bytes(t, w, nsb * QK_K, out.len());
-    match t {
-        QType::Q4K => rows_k45::<false, N>(w, rb, a, out),
-        QType::Q5K => rows_k45::<true, N>(w, rb, a, out),
-        QType::Q6K => rows_q6k::<N>(w, rb, a, out),
+    match (t, a[0].qsp.is_empty()) {
+        (QType::Q4K, true) => rows_k45::<false, false, N>(w, rb, a, out),
+        (QType::Q4K, false) => rows_k45::<false, true, N>(w, rb, a, out),
+        (QType::Q5K, true) => rows_k45::<true, false, N>(w, rb, a, out),
+        (QType::Q5K, false) => rows_k45::<true, true, N>(w, rb, a, out),
+        (QType::Q6K, true) => rows_q6k::<false, N>(w, rb, a, out),
+        (QType::Q6K, false) => rows_q6k::<true, N>(w, rb, a, out),
         _ => panic!("{} is not a k-quant type", t.name()),
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn rows_k45<const Q5: bool, const N: usize>(w: &[u8], rb: usize, a: &[KActRow<'_>; N], out: &mut [[f32; N]]) {
+unsafe fn rows_k45<const Q5: bool, const SUB: bool, const N: usize>(
+    w: &[u8],
+    rb: usize,
+    a: &[KActRow<'_>; N],
+    out: &mut [[f32; N]],
+) {
     for (r, o) in out.iter_mut().enumerate() {
-        k45::<Q5, N>(w.get_unchecked(r * rb..(r + 1) * rb), a, o);
+        k45::<Q5, SUB, N>(w.get_unchecked(r * rb..(r + 1) * rb), a, o);
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn rows_q6k<const N: usize>(w: &[u8], rb: usize, a: &[KActRow<'_>; N], out: &mut [[f32; N]]) {
+unsafe fn rows_q6k<const SUB: bool, const N: usize>(w: &[u8], rb: usize, a: &[KActRow<'_>; N], out: &mut [[f32; N]]) {
     for (r, o) in out.iter_mut().enumerate() {
-        q6k::<N>(w.get_unchecked(r * rb..(r + 1) * rb), a, o);
+        q6k::<SUB, N>(w.get_unchecked(r * rb..(r + 1) * rb), a, o);
     }
 }
 
@@ -110,6 +123,14 @@ unsafe fn quarters_epi16(first: i16) -> __m512i {
     _mm512_mask_blend_epi16(0xffff_0000, lo, hi)
 }
 
+/// Eight 64-bit lanes, lane `j` holding `f(j)`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn qwords(f: impl Fn(i64) -> i64) -> __m512i {
+    let v: [i64; 8] = std::array::from_fn(|j| f(j as i64));
+    _mm512_loadu_si512(v.as_ptr() as *const _)
+}
+
 /// 64 bytes: `x` in bytes 0..32, `y` in bytes 32..64.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
@@ -123,10 +144,19 @@ unsafe fn halves_epi8(x: u8, y: u8) -> __m512i {
 const K45_PASS: usize = 32;
 
 /// A k-quant super-block unpacked for the token loop: four vectors of 64
-/// unsigned quants in value order, their scales as 16-bit lanes, the scale
-/// `d`, and for Q6_K `−32·scale` per 16 values (the offset, taken off with
-/// the activation sums per 16). The minimums of Q4_K and Q5_K go apart, in
-/// a row's order (see [`Unpacked`]).
+/// unsigned quants, their scales as 16-bit lanes, the scale `d`, and for
+/// Q6_K `−32·scale` per 16 values (the offset, taken off with the
+/// activation sums per 16). The minimums of Q4_K and Q5_K go apart, in a
+/// row's order (see [`Unpacked`]).
+///
+/// The quants are in one of two orders. In value order (the kernels of
+/// `THEMISTO_NATIVE_KERNELS=avx512-v1`), each vector holds two 32-value
+/// sub-blocks and the four `scale` vectors weight the pair sums of
+/// `vpmaddubsw` (`off` is Q6_K's offset). In the sub-block order
+/// ([`super::quant::sub_order`], the default), each 8-byte slot holds one
+/// sub-block in all four vectors, so each i32 lane of `vpdpbusd` belongs to
+/// one sub-block and `dsc` weights it as a float; `scale` and `off` are
+/// unused there.
 #[cfg(target_arch = "x86_64")]
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
@@ -134,6 +164,10 @@ pub struct KBlock {
     v: [__m512i; 4],
     scale: [__m512i; 4],
     off: __m512i,
+    /// The sub-block order: `d·scale` of each i32 lane's sub-block (Q4_K,
+    /// Q5_K: `[0]`; Q6_K: `[0]` for vectors 0 and 1, `[1]` for 2 and 3, and
+    /// `[2]` lane `g` the offset's `32·d·scale` of 16-value group `g`).
+    dsc: [__m512; 3],
     d: f32,
 }
 
@@ -144,6 +178,8 @@ pub struct KBlock {
 #[derive(Default)]
 pub struct Unpacked {
     qtype: Option<QType>,
+    /// k-quant blocks in the sub-block order (see [`KBlock`]).
+    sub: bool,
     rows: usize,
     nsb: usize,
     blocks: Vec<KBlock>,
@@ -218,12 +254,13 @@ unsafe fn decode_pair<const T: u8>(row: *const u8, b: usize) -> B32Pair {
 /// The CPU must have the features [`available`] checks.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub unsafe fn unpack_k(t: QType, w: &[u8], cols: usize, u: &mut Unpacked) {
+pub unsafe fn unpack_k(t: QType, w: &[u8], cols: usize, sub: bool, u: &mut Unpacked) {
     let nsb = cols / QK_K;
     let rb = t.row_bytes(cols);
     assert!(nsb > 0 && w.len().is_multiple_of(rb), "k-quant rows");
     let rows = w.len() / rb;
     u.qtype = Some(t);
+    u.sub = sub;
     u.rows = rows;
     u.nsb = nsb;
     u.blocks.clear();
@@ -236,10 +273,13 @@ pub unsafe fn unpack_k(t: QType, w: &[u8], cols: usize, u: &mut Unpacked) {
         for sb in 0..nsb {
             let (p, mins) =
                 (w.as_ptr().add(r * rb + t.row_bytes(QK_K) * sb), u.mins.as_mut_ptr().add(8 * (r * nsb + sb)));
-            let blk = match t {
-                QType::Q4K => k45_unpack::<false>(p, &k45c, mins),
-                QType::Q5K => k45_unpack::<true>(p, &k45c, mins),
-                QType::Q6K => q6k_unpack(p, &q6c),
+            let blk = match (t, sub) {
+                (QType::Q4K, false) => k45_unpack::<false, false>(p, &k45c, mins),
+                (QType::Q4K, true) => k45_unpack::<false, true>(p, &k45c, mins),
+                (QType::Q5K, false) => k45_unpack::<true, false>(p, &k45c, mins),
+                (QType::Q5K, true) => k45_unpack::<true, true>(p, &k45c, mins),
+                (QType::Q6K, false) => q6k_unpack::<false>(p, &q6c),
+                (QType::Q6K, true) => q6k_unpack::<true>(p, &q6c),
                 _ => panic!("{} is not a k-quant type", t.name()),
             };
             u.blocks.push(blk);
@@ -257,6 +297,7 @@ pub unsafe fn dot_k_unpacked<const N: usize>(u: &Unpacked, a: &[KActRow<'_>; N],
     let nsb = u.nsb;
     assert_eq!(out.len(), u.rows, "unpacked rows");
     assert_eq!(kact_blocks(a), nsb, "activation rows vs unpacked rows");
+    assert_eq!(u.sub, !a[0].qsp.is_empty(), "unpacked order vs activation order");
     for (r, o) in out.iter_mut().enumerate() {
         let blocks = &u.blocks[r * nsb..(r + 1) * nsb];
         let mut acc = [_mm512_setzero_ps(); N];
@@ -267,7 +308,11 @@ pub unsafe fn dot_k_unpacked<const N: usize>(u: &Unpacked, a: &[KActRow<'_>; N],
                 while sb0 < nsb {
                     let pass = (nsb - sb0).min(K45_PASS);
                     for k in 0..pass {
-                        k45_tokens(&blocks[sb0 + k], a, sb0 + k, &mut acc);
+                        if u.sub {
+                            k45_tokens::<true, N>(&blocks[sb0 + k], a, sb0 + k, &mut acc);
+                        } else {
+                            k45_tokens::<false, N>(&blocks[sb0 + k], a, sb0 + k, &mut acc);
+                        }
                     }
                     k45_mins(mins.add(8 * sb0), a, sb0, pass, &mut acc);
                     sb0 += pass;
@@ -275,7 +320,11 @@ pub unsafe fn dot_k_unpacked<const N: usize>(u: &Unpacked, a: &[KActRow<'_>; N],
             }
             Some(QType::Q6K) => {
                 for (sb, blk) in blocks.iter().enumerate() {
-                    q6k_tokens(blk, a, sb, &mut acc);
+                    if u.sub {
+                        q6k_tokens::<true, N>(blk, a, sb, &mut acc);
+                    } else {
+                        q6k_tokens::<false, N>(blk, a, sb, &mut acc);
+                    }
                 }
             }
             _ => panic!("nothing unpacked"),
@@ -293,6 +342,22 @@ struct K45Consts {
     sixteen: __m512i,
     sc_idx: [__m512i; 4],
     hb: [__m512i; 4],
+    /// The sub-block order: for vector `k`, the quant qwords each slot
+    /// takes (slots `2c`, `2c + 1`: qword `4c + k`, low and high nibbles),
+    /// the nibble shift per slot, the scale index of each i32 lane
+    /// ([`sub_lanes`]), and the Q5_K high-bit mask per slot (`1 << slot`).
+    sub_q: [__m512i; 4],
+    sub_shift: __m512i,
+    sub_sc: __m512i,
+    sub_hb: __m512i,
+}
+
+/// Lane `n` of the i32 sums in the sub-block order belongs to sub-block
+/// `n / 2` (Q4_K, Q5_K): the index of its scale among eight.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn sub_lanes() -> __m512i {
+    _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -304,21 +369,26 @@ impl K45Consts {
             sixteen: _mm512_set1_epi8(0x10),
             sc_idx: [halves_epi16(0, 1), halves_epi16(2, 3), halves_epi16(4, 5), halves_epi16(6, 7)],
             hb: [halves_epi8(1, 2), halves_epi8(4, 8), halves_epi8(16, 32), halves_epi8(64, 128)],
+            sub_q: [0, 1, 2, 3].map(|k| qwords(|j| 4 * (j / 2) + k)),
+            sub_shift: qwords(|j| 4 * (j % 2)),
+            sub_sc: sub_lanes(),
+            sub_hb: qwords(|j| 0x0101_0101_0101_0101 << j),
         }
     }
 }
 
-/// Q4_K and Q5_K: per super-block, four vectors of 64 unsigned quants (two
-/// 32-value sub-blocks each, in value order) and their scales as 16-bit
-/// lanes, then per token four `vpmaddubsw` and four `vpdpwssd`, one
-/// conversion and one multiply-add with `d·d_a`. The minimums' term,
+/// Q4_K and Q5_K: per super-block, four vectors of 64 unsigned quants,
+/// then per token their products with the activations in i32 lanes, one
+/// conversion and the scales as floats (see [`KBlock`] for the two orders;
+/// in value order: four `vpmaddubsw` and four `vpdpwssd`, one conversion
+/// and one multiply-add with `d·d_a`). The minimums' term,
 /// `Σ dmin·m_j · d_a·Σq_j` over the sub-blocks, is a float dot product of the
 /// row's `dmin·m_j` (kept on the stack for up to [`K45_PASS`] super-blocks)
 /// with the activations' `dsums`, once per pass and token.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
-unsafe fn k45<const Q5: bool, const N: usize>(w: &[u8], a: &[KActRow<'_>; N], out: &mut [f32; N]) {
+unsafe fn k45<const Q5: bool, const SUB: bool, const N: usize>(w: &[u8], a: &[KActRow<'_>; N], out: &mut [f32; N]) {
     let bb = if Q5 { 176 } else { 144 };
     let nsb = w.len() / bb;
     let c = K45Consts::new();
@@ -329,8 +399,8 @@ unsafe fn k45<const Q5: bool, const N: usize>(w: &[u8], a: &[KActRow<'_>; N], ou
         let pass = (nsb - sb0).min(K45_PASS);
         for k in 0..pass {
             let sb = sb0 + k;
-            let blk = k45_unpack::<Q5>(w.as_ptr().add(bb * sb), &c, mins.as_mut_ptr().add(8 * k));
-            k45_tokens(&blk, a, sb, &mut acc);
+            let blk = k45_unpack::<Q5, SUB>(w.as_ptr().add(bb * sb), &c, mins.as_mut_ptr().add(8 * k));
+            k45_tokens::<SUB, N>(&blk, a, sb, &mut acc);
         }
         k45_mins(mins.as_ptr(), a, sb0, pass, &mut acc);
         sb0 += pass;
@@ -340,11 +410,11 @@ unsafe fn k45<const Q5: bool, const N: usize>(w: &[u8], a: &[KActRow<'_>; N], ou
     }
 }
 
-/// One Q4_K or Q5_K super-block at `p` unpacked; its eight `dmin·m_j` to
-/// `mins`.
+/// One Q4_K or Q5_K super-block at `p` unpacked (in the sub-block order
+/// with `SUB`); its eight `dmin·m_j` to `mins`.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn k45_unpack<const Q5: bool>(p: *const u8, c: &K45Consts, mins: *mut f32) -> KBlock {
+unsafe fn k45_unpack<const Q5: bool, const SUB: bool>(p: *const u8, c: &K45Consts, mins: *mut f32) -> KBlock {
     let qs_off = if Q5 { 48 } else { 16 };
     let bb = if Q5 { 176 } else { 144 };
     prefetch(p, bb);
@@ -353,9 +423,31 @@ unsafe fn k45_unpack<const Q5: bool>(p: *const u8, c: &K45Consts, mins: *mut f32
     let dmin = _mm256_set1_ps(_mm_cvtss_f32(_mm_movehdup_ps(dm)));
     let (sc, mn) = scales_mins(p.add(4));
     let sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64(sc.as_ptr() as *const __m128i)));
-    let scale = c.sc_idx.map(|i| _mm512_permutexvar_epi16(i, sc16));
     let mn32 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(mn.as_ptr() as *const __m128i));
     _mm256_storeu_ps(mins, _mm256_mul_ps(_mm256_cvtepi32_ps(mn32), dmin));
+    if SUB {
+        let zero = _mm512_setzero_si512();
+        let sc32 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(sc.as_ptr() as *const __m128i));
+        let dsc8 = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_cvtepi32_ps(sc32), _mm256_set1_ps(d)));
+        let dsc = [_mm512_permutexvar_ps(c.sub_sc, dsc8), _mm512_setzero_ps(), _mm512_setzero_ps()];
+        let x0 = _mm512_loadu_si512(p.add(qs_off) as *const __m512i);
+        let x1 = _mm512_loadu_si512(p.add(qs_off + 64) as *const __m512i);
+        let mut v = c.sub_q.map(|i| {
+            let q = _mm512_permutex2var_epi64(x0, i, x1);
+            _mm512_and_si512(_mm512_srlv_epi64(q, c.sub_shift), c.low)
+        });
+        if Q5 {
+            // Byte l of the high bits holds the fifth bit of value l of
+            // sub-block j at bit j: vector k takes bytes 8k..8k + 8 in
+            // every slot.
+            for (k, v) in v.iter_mut().enumerate() {
+                let qh = _mm512_set1_epi64(std::ptr::read_unaligned(p.add(16 + 8 * k) as *const i64));
+                *v = _mm512_mask_add_epi8(*v, _mm512_test_epi8_mask(qh, c.sub_hb), *v, c.sixteen);
+            }
+        }
+        return KBlock { v, scale: [zero; 4], off: zero, dsc, d };
+    }
+    let scale = c.sc_idx.map(|i| _mm512_permutexvar_epi16(i, sc16));
     let mut v = [c.low; 4];
     for m in 0..2 {
         // Bytes 64m..64m + 64 of the quants: low nibbles are sub-blocks
@@ -373,7 +465,7 @@ unsafe fn k45_unpack<const Q5: bool>(p: *const u8, c: &K45Consts, mins: *mut f32
             *v = _mm512_mask_add_epi8(*v, _mm512_test_epi8_mask(qh, hb), *v, c.sixteen);
         }
     }
-    KBlock { v, scale, off: _mm512_setzero_si512(), d }
+    KBlock { v, scale, off: _mm512_setzero_si512(), dsc: [_mm512_setzero_ps(); 3], d }
 }
 
 /// The super-block's quants times the 256 activations at `q8`, weighted by
@@ -389,10 +481,39 @@ unsafe fn scaled_dot(blk: &KBlock, q8: *const i8) -> __m512i {
     dpwssd(s, _mm512_maddubs_epi16(blk.v[3], ld(3)), blk.scale[3])
 }
 
+/// The super-block's quants times the 256 activations at `q8`, both in the
+/// sub-block order: four `vpdpbusd` into sixteen i32 lanes, two per
+/// 32-value sub-block.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn sub_dot(blk: &KBlock, q8: *const i8) -> __m512i {
+    let ld = |k: usize| _mm512_loadu_si512(q8.add(64 * k) as *const __m512i);
+    let s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), blk.v[0], ld(0));
+    let s = _mm512_dpbusd_epi32(s, blk.v[1], ld(1));
+    let s = _mm512_dpbusd_epi32(s, blk.v[2], ld(2));
+    _mm512_dpbusd_epi32(s, blk.v[3], ld(3))
+}
+
 /// Super-block `sb` of a Q4_K or Q5_K row (unpacked in `blk`) for each token.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn k45_tokens<const N: usize>(blk: &KBlock, a: &[KActRow<'_>; N], sb: usize, acc: &mut [__m512; N]) {
+unsafe fn k45_tokens<const SUB: bool, const N: usize>(
+    blk: &KBlock,
+    a: &[KActRow<'_>; N],
+    sb: usize,
+    acc: &mut [__m512; N],
+) {
+    if SUB {
+        // Per token: four `vpdpbusd`, one conversion, `d·scale·d_a`, one
+        // multiply-add.
+        for i in 0..N {
+            let r = &a[i];
+            let s = sub_dot(blk, r.qsp.as_ptr().add(QK_K * sb));
+            let w = _mm512_mul_ps(blk.dsc[0], _mm512_set1_ps(*r.d.get_unchecked(sb)));
+            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), w, acc[i]);
+        }
+        return;
+    }
     let d = _mm512_set1_ps(blk.d);
     for i in 0..N {
         let r = &a[i];
@@ -454,6 +575,16 @@ struct Q6Consts {
     sc_idx: [__m512i; 4],
     shl: __m512i,
     shr: __m512i,
+    /// The sub-block order: for vector `k`, the qwords of the low bits each
+    /// slot takes and their nibble shift, the qwords of the high bits and
+    /// their shift, and for each i32 lane the index of its scale for
+    /// vectors 0, 1 and for 2, 3.
+    sub_l: [__m512i; 4],
+    sub_lshift: __m512i,
+    sub_h: [__m512i; 4],
+    sub_hshift: __m512i,
+    sub_sc: [__m512i; 2],
+    low2: __m512i,
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -469,40 +600,77 @@ impl Q6Consts {
             // right by 0 and 2.
             shl: halves_epi16(4, 2),
             shr: halves_epi16(0, 2),
+            // Slot j of vector k is values 32j + 8k..32j + 8k + 8: in half
+            // n = j / 4 at l = 8k.., low bits in the low (j % 4 < 2) or high
+            // nibbles of ql byte 64n + 32(j % 2) + l, high bits at bits
+            // 2(j % 4) of qh byte 32n + l.
+            sub_l: [0, 1, 2, 3].map(|k| qwords(|j| 8 * (j / 4) + 4 * (j % 2) + k)),
+            sub_lshift: qwords(|j| if j % 4 >= 2 { 4 } else { 0 }),
+            sub_h: [0, 1, 2, 3].map(|k| qwords(|j| 4 * (j / 4) + k)),
+            sub_hshift: qwords(|j| 2 * (j % 4)),
+            sub_sc: [
+                _mm512_slli_epi32(sub_lanes(), 1),
+                _mm512_add_epi32(_mm512_slli_epi32(sub_lanes(), 1), _mm512_set1_epi32(1)),
+            ],
+            low2: _mm512_set1_epi8(0x03),
         }
     }
 }
 
-/// Q6_K: per super-block, four vectors of 64 unsigned quants (0..64, in
-/// value order) and their 8-bit scales as 16-bit lanes; the offset of 32
-/// goes through the activation sums per 16, in integers.
+/// Q6_K: per super-block, four vectors of 64 unsigned quants (0..64). In
+/// value order their 8-bit scales go as 16-bit lanes and the offset of 32
+/// through the activation sums per 16, in integers; in the sub-block order
+/// the scales are floats and the offset one float multiply-add per token
+/// with the activations' `d·Σq` per 16 (see [`KBlock`]).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
-unsafe fn q6k<const N: usize>(w: &[u8], a: &[KActRow<'_>; N], out: &mut [f32; N]) {
+unsafe fn q6k<const SUB: bool, const N: usize>(w: &[u8], a: &[KActRow<'_>; N], out: &mut [f32; N]) {
     let nsb = w.len() / 210;
     let c = Q6Consts::new();
     let mut acc = [_mm512_setzero_ps(); N];
     for sb in 0..nsb {
-        let blk = q6k_unpack(w.as_ptr().add(210 * sb), &c);
-        q6k_tokens(&blk, a, sb, &mut acc);
+        let blk = q6k_unpack::<SUB>(w.as_ptr().add(210 * sb), &c);
+        q6k_tokens::<SUB, N>(&blk, a, sb, &mut acc);
     }
     for i in 0..N {
         out[i] = _mm512_reduce_add_ps(acc[i]);
     }
 }
 
-/// One Q6_K super-block at `p` unpacked.
+/// One Q6_K super-block at `p` unpacked (in the sub-block order with `SUB`).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn q6k_unpack(p: *const u8, c: &Q6Consts) -> KBlock {
+unsafe fn q6k_unpack<const SUB: bool>(p: *const u8, c: &Q6Consts) -> KBlock {
     prefetch(p, 210);
     let d = f16_at(p.add(208));
     let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(p.add(192) as *const __m128i));
     let scz = _mm512_castsi256_si512(sc16);
-    let scale = c.sc_idx.map(|i| _mm512_permutexvar_epi16(i, scz));
     // −32·scale, to take the offset off with the sums per 16.
     let off = _mm512_zextsi256_si512(_mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(sc16, 5)));
+    if SUB {
+        let zero = _mm512_setzero_si512();
+        let dsc16 = _mm512_mul_ps(
+            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(p.add(192) as *const __m128i))),
+            _mm512_set1_ps(d),
+        );
+        let dsc = [
+            _mm512_permutexvar_ps(c.sub_sc[0], dsc16),
+            _mm512_permutexvar_ps(c.sub_sc[1], dsc16),
+            _mm512_mul_ps(dsc16, _mm512_set1_ps(32.0)),
+        ];
+        let (l0, l1) = (_mm512_loadu_si512(p as *const __m512i), _mm512_loadu_si512(p.add(64) as *const __m512i));
+        let qh = _mm512_loadu_si512(p.add(128) as *const __m512i);
+        let v = std::array::from_fn(|k| {
+            let lo =
+                _mm512_and_si512(_mm512_srlv_epi64(_mm512_permutex2var_epi64(l0, c.sub_l[k], l1), c.sub_lshift), c.low);
+            let hi =
+                _mm512_and_si512(_mm512_srlv_epi64(_mm512_permutexvar_epi64(c.sub_h[k], qh), c.sub_hshift), c.low2);
+            _mm512_or_si512(lo, _mm512_slli_epi16(hi, 4))
+        });
+        return KBlock { v, scale: [zero; 4], off: zero, dsc, d };
+    }
+    let scale = c.sc_idx.map(|i| _mm512_permutexvar_epi16(i, scz));
     let mut v = [c.low; 4];
     for n in 0..2 {
         let l = _mm512_loadu_si512(p.add(64 * n) as *const __m512i);
@@ -513,13 +681,36 @@ unsafe fn q6k_unpack(p: *const u8, c: &Q6Consts) -> KBlock {
             _mm512_and_si512(_mm512_srlv_epi16(h, c.shr), c.top),
         );
     }
-    KBlock { v, scale, off, d }
+    KBlock { v, scale, off, dsc: [_mm512_setzero_ps(); 3], d }
 }
 
 /// Super-block `sb` of a Q6_K row (unpacked in `blk`) for each token.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn q6k_tokens<const N: usize>(blk: &KBlock, a: &[KActRow<'_>; N], sb: usize, acc: &mut [__m512; N]) {
+unsafe fn q6k_tokens<const SUB: bool, const N: usize>(
+    blk: &KBlock,
+    a: &[KActRow<'_>; N],
+    sb: usize,
+    acc: &mut [__m512; N],
+) {
+    if SUB {
+        // Per token: two `vpdpbusd` for each half of every sub-block (their
+        // scales differ), two conversions, `d·scale·d_a` and multiply-adds,
+        // then the offset: `32·d·scale` times `d_a·Σq` per 16 values.
+        let zero = _mm512_setzero_si512();
+        for i in 0..N {
+            let r = &a[i];
+            let q8 = r.qsp.as_ptr().add(QK_K * sb);
+            let ld = |k: usize| _mm512_loadu_si512(q8.add(64 * k) as *const __m512i);
+            let lo = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, blk.v[0], ld(0)), blk.v[1], ld(1));
+            let hi = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, blk.v[2], ld(2)), blk.v[3], ld(3));
+            let da = _mm512_set1_ps(*r.d.get_unchecked(sb));
+            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo), _mm512_mul_ps(blk.dsc[0], da), acc[i]);
+            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi), _mm512_mul_ps(blk.dsc[1], da), acc[i]);
+            acc[i] = _mm512_fnmadd_ps(blk.dsc[2], _mm512_loadu_ps(r.dbsums.as_ptr().add(16 * sb)), acc[i]);
+        }
+        return;
+    }
     for i in 0..N {
         let r = &a[i];
         let mut s = scaled_dot(blk, r.qs.as_ptr().add(QK_K * sb));

@@ -118,6 +118,9 @@ impl Transformer {
         let half = hd / 2;
         let mut xn = vec![0f32; n * h];
         let (mut q, mut k, mut v) = (vec![0f32; n * qd], vec![0f32; n * kvd], vec![0f32; n * kvd]);
+        // The layers' other buffers, allocated once for all of them.
+        let (mut att_buf, mut o_buf) = (vec![0f32; n * qd], vec![0f32; n * h]);
+        let (mut g_buf, mut u_buf) = (vec![0f32; n * cfg.ff], vec![0f32; n * cfg.ff]);
         let last_layer = cfg.layers - 1;
         for (l, lw) in self.w.layers.iter().enumerate() {
             let rows = x.len() / h;
@@ -157,11 +160,11 @@ impl Transformer {
                 }
             }
             let m = x.len() / h;
-            let mut att = vec![0f32; m * qd];
+            let att = &mut att_buf[..m * qd];
             let shape = HeadShape { heads: cfg.heads, head_dim: hd };
             if segs.len() == 1 {
                 let p = spans[0].2;
-                segs[0].cache.attention(l, &q, p, shape, &mut att, kernels);
+                segs[0].cache.attention(l, &q, p, shape, att, kernels);
             } else {
                 // Sequences side by side (each may still split its heads).
                 let mut outs: Vec<(&KvCache, &[f32], usize, &mut [f32])> = Vec::with_capacity(segs.len());
@@ -173,20 +176,20 @@ impl Transformer {
                 }
                 outs.into_par_iter().for_each(|(cache, q, p, out)| cache.attention(l, q, p, shape, out, kernels));
             }
-            let mut o = vec![0f32; m * h];
-            matmul(&mut [(&lw.wo, &mut o[..])], &att, m, kernels);
-            add_assign(&mut x, &o);
+            let o = &mut o_buf[..m * h];
+            matmul(&mut [(&lw.wo, &mut o[..])], att, m, kernels);
+            add_assign(&mut x, o);
             let xns = &mut xn[..m * h];
             for t in 0..m {
                 ops::rms_norm(&x[t * h..(t + 1) * h], &lw.ffn_norm, cfg.eps, &mut xns[t * h..(t + 1) * h]);
             }
-            let (mut g, mut u) = (vec![0f32; m * cfg.ff], vec![0f32; m * cfg.ff]);
+            let (g, u) = (&mut g_buf[..m * cfg.ff], &mut u_buf[..m * cfg.ff]);
             matmul(&mut [(&lw.w_gate, &mut g[..]), (&lw.w_up, &mut u[..])], xns, m, kernels);
             for (gr, ur) in g.chunks_exact_mut(cfg.ff).zip(u.chunks_exact(cfg.ff)) {
                 ops::silu_mul(gr, ur, kernels != Kernels::Scalar);
             }
-            matmul(&mut [(&lw.w_down, &mut o[..])], &g, m, kernels);
-            add_assign(&mut x, &o);
+            matmul(&mut [(&lw.w_down, &mut o[..])], g, m, kernels);
+            add_assign(&mut x, o);
         }
         for (s, &(_, len, p)) in segs.iter_mut().zip(&spans) {
             s.cache.set_len(p + len);

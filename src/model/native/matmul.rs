@@ -9,7 +9,8 @@
 //! stay in the L2 cache; each tile of weight rows meets a block's tokens
 //! eight (AVX-512) or four (AVX2) at a time, so each weight block is
 //! unpacked once for them (the prefill path); a single token is the
-//! generation path.
+//! generation path. The quantized activations go in per-thread buffers that
+//! are reused from product to product.
 
 use super::dot_avx2;
 use super::dot_avx512;
@@ -82,6 +83,11 @@ pub enum Kernels {
     /// The AVX2/FMA/F16C products even where AVX-512 is present (for tests
     /// and comparisons); the other operations use AVX2 as with `Simd`.
     Avx2,
+    /// `Simd` with the AVX-512 k-quant products of themisto before the
+    /// sub-block order (see [`super::dot_avx512::KBlock`]): they scale each
+    /// 64 values' pair sums, so their float sums differ in the last bits.
+    /// For reproducing earlier results (`THEMISTO_NATIVE_KERNELS=avx512-v1`).
+    Avx512V1,
     /// Portable code.
     Scalar,
 }
@@ -108,16 +114,17 @@ impl Kernels {
 
     fn set(self) -> Set {
         match self {
-            Kernels::Simd if dot_avx512::available() => Set::Avx512,
-            Kernels::Simd | Kernels::Avx2 if dot_avx2::available() => Set::Avx2,
+            Kernels::Simd | Kernels::Avx512V1 if dot_avx512::available() => Set::Avx512,
+            Kernels::Simd | Kernels::Avx512V1 | Kernels::Avx2 if dot_avx2::available() => Set::Avx2,
             _ => Set::Scalar,
         }
     }
 
     /// The instructions the quantized products use on this CPU:
-    /// "AVX-512 VNNI", "AVX2" or "portable".
+    /// "AVX-512 VNNI", "AVX-512 VNNI (v1 k-quant sums)", "AVX2" or "portable".
     pub fn name(self) -> &'static str {
         match self.set() {
+            Set::Avx512 if self == Kernels::Avx512V1 => "AVX-512 VNNI (v1 k-quant sums)",
             Set::Avx512 => "AVX-512 VNNI",
             Set::Avx2 => "AVX2",
             Set::Scalar => "portable",
@@ -144,8 +151,40 @@ pub fn matmul(jobs: &mut [(&QMatrix, &mut [f32])], x: &[f32], tokens: usize, ker
     }
     // k-quant weights meet Q8_K activations, the 32-value types Q8_0-style ones.
     let quantized = |k: bool| jobs.iter().any(|(w, _)| !w.qtype.is_float() && w.qtype.is_kquant() == k);
-    let acts = if quantized(false) { Some(QActs::quantize(x, cols)) } else { None };
-    let kacts = if quantized(true) { Some(KActs::quantize(x, cols)) } else { None };
+    let (q32, qk) = (quantized(false), quantized(true));
+    let set = kernels.set();
+    // The AVX-512 k-quant kernels take the activations in the sub-block order.
+    let sub = set == Set::Avx512 && kernels != Kernels::Avx512V1;
+    // The quantized activations go in this thread's buffers, reused from
+    // product to product. They are taken out for the product: while it
+    // waits for its tasks, this thread may run tasks of another product
+    // (rayon steals work), which then finds the buffers empty and allocates.
+    let (mut qa, mut ka) = ACTS.with_borrow_mut(std::mem::take);
+    if q32 {
+        qa.quantize_into(x, cols);
+    }
+    if qk {
+        ka.quantize_into(x, cols, sub);
+    }
+    run_jobs(jobs, x, tokens, q32.then_some(&qa), qk.then_some(&ka), set);
+    ACTS.set((qa, ka));
+}
+
+thread_local! {
+    /// Each thread's quantized activations (see [`matmul`]).
+    static ACTS: std::cell::RefCell<(QActs, KActs)> = std::cell::RefCell::default();
+}
+
+/// The products of [`matmul`] once the activations are quantized.
+fn run_jobs(
+    jobs: &mut [(&QMatrix, &mut [f32])],
+    x: &[f32],
+    tokens: usize,
+    acts: Option<&QActs>,
+    kacts: Option<&KActs>,
+    set: Set,
+) {
+    let cols = x.len() / tokens.max(1);
     let total: usize = jobs.iter().map(|(w, _)| w.rows).sum();
     let threads = rayon::current_num_threads().max(1);
     let chunk = total.div_ceil(threads * 8).max(4);
@@ -160,10 +199,9 @@ pub fn matmul(jobs: &mut [(&QMatrix, &mut [f32])], x: &[f32], tokens: usize, ker
         }
     }
     let mats: Vec<&QMatrix> = jobs.iter().map(|(w, _)| *w).collect();
-    let set = kernels.set();
     let run = |&(j, r0, r1, out): &(usize, usize, usize, Out)| {
         let w = mats[j];
-        match (&acts, &kacts) {
+        match (acts, kacts) {
             (_, Some(a)) if w.qtype.is_kquant() => rows_q(w, a, r0..r1, out, set),
             (Some(a), _) if !w.qtype.is_float() => rows_q(w, a, r0..r1, out, set),
             _ => rows_f(w, x, cols, tokens, r0..r1, out, set),
@@ -221,12 +259,13 @@ trait Acts {
         false
     }
     /// Unpack weight rows `w` of `cols` values into `u` for
-    /// [`Acts::avx512_unpacked`]; false when this format has no such kernels.
+    /// [`Acts::avx512_unpacked`], in the order these activations are in;
+    /// false when this format has no such kernels.
     ///
     /// # Safety
     /// As [`Acts::avx512`].
     #[cfg(target_arch = "x86_64")]
-    unsafe fn avx512_unpack(_t: QType, _w: &[u8], _cols: usize, _u: &mut Unpacked) -> bool {
+    unsafe fn avx512_unpack(&self, _t: QType, _w: &[u8], _cols: usize, _u: &mut Unpacked) -> bool {
         false
     }
     /// [`Acts::avx512`] on the rows in `u`, bit for bit the same.
@@ -289,7 +328,7 @@ impl Acts for QActs {
         }
     }
     #[cfg(target_arch = "x86_64")]
-    unsafe fn avx512_unpack(t: QType, w: &[u8], cols: usize, u: &mut Unpacked) -> bool {
+    unsafe fn avx512_unpack(&self, t: QType, w: &[u8], cols: usize, u: &mut Unpacked) -> bool {
         dot_avx512::unpack_b32(t, w, cols, u);
         true
     }
@@ -326,8 +365,8 @@ impl Acts for KActs {
         dot_avx512::dot_k_rows::<N>(t, w, a, out)
     }
     #[cfg(target_arch = "x86_64")]
-    unsafe fn avx512_unpack(t: QType, w: &[u8], cols: usize, u: &mut Unpacked) -> bool {
-        dot_avx512::unpack_k(t, w, cols, u);
+    unsafe fn avx512_unpack(&self, t: QType, w: &[u8], cols: usize, u: &mut Unpacked) -> bool {
+        dot_avx512::unpack_k(t, w, cols, !self.qsp.is_empty(), u);
         true
     }
     #[cfg(target_arch = "x86_64")]
@@ -371,7 +410,7 @@ fn rows_q<A: Acts>(w: &QMatrix, a: &A, rows: std::ops::Range<usize>, out: Out, s
                 let bytes = &w.data.as_slice()[tile.start * w.row_bytes..tile.end * w.row_bytes];
                 let done = UNPACKED.with_borrow_mut(|u| {
                     // SAFETY: `Set::Avx512` is only chosen when the CPU has what it needs.
-                    let ok = unsafe { A::avx512_unpack(w.qtype, bytes, w.cols, u) };
+                    let ok = unsafe { a.avx512_unpack(w.qtype, bytes, w.cols, u) };
                     if ok {
                         tile_tokens(w, tile.clone(), a, tb..te, out, set, Some(u));
                     }

@@ -46,8 +46,10 @@ use std::path::Path;
 /// size of the activation buffers).
 const CHUNK: usize = 512;
 
-/// Environment variable that forces the portable kernels (`scalar`) or the
-/// AVX2 products where AVX-512 is present (`avx2`).
+/// Environment variable that forces the portable kernels (`scalar`), the
+/// AVX2 products where AVX-512 is present (`avx2`), or the AVX-512 k-quant
+/// products of before the sub-block order (`avx512-v1`, see
+/// [`Kernels::Avx512V1`]).
 pub const KERNELS_ENV: &str = "THEMISTO_NATIVE_KERNELS";
 
 /// Why the native engine cannot run a file, or `None` when it can.
@@ -91,6 +93,7 @@ impl NativeModel {
         let kernels = match std::env::var(KERNELS_ENV).as_deref() {
             Ok("scalar") => Kernels::Scalar,
             Ok("avx2") => Kernels::Avx2,
+            Ok("avx512-v1") if Kernels::detect() == Kernels::Simd => Kernels::Avx512V1,
             _ => Kernels::detect(),
         };
         NativeModel { slots: vec![Slot::new(&net.cfg)], net, kernels }

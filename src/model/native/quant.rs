@@ -332,6 +332,9 @@ pub fn kact_blocks<const N: usize>(a: &[KActRow<'_>; N]) -> usize {
     let nsb = a[0].d.len();
     for r in a.iter() {
         assert!(r.qs.len() == nsb * QK_K && r.d.len() == nsb && r.bsums.len() == 16 * nsb, "activation row length");
+        let sub = !a[0].qsp.is_empty();
+        let (qsp, dbsums) = if sub { (r.qs.len(), r.bsums.len()) } else { (0, 0) };
+        assert!(r.qsp.len() == qsp && r.dbsums.len() == dbsums, "activation order");
     }
     nsb
 }
@@ -349,6 +352,12 @@ type RowParts<'a> = ((&'a [f32], &'a mut [i8]), (&'a mut [f32], &'a mut [f32]));
 
 /// One super-block to quantize: values, quants, scale, sums per 16, `d·Σq` per 32.
 type SuperBlockParts<'a> = (((&'a [f32], &'a mut [i8]), &'a mut f32), (&'a mut [i16], &'a mut [f32]));
+
+/// `v` emptied and refilled with `len` zeros, keeping its allocation.
+fn refill<T: Copy + Default>(v: &mut Vec<T>, len: usize) {
+    v.clear();
+    v.resize(len, T::default());
+}
 
 /// Rows at which quantizing goes parallel.
 const PARALLEL_ROWS: usize = 16;
@@ -369,11 +378,21 @@ impl QActs {
     /// Quantize `x`, a row-major matrix of rows of `cols` values
     /// (`cols` a multiple of [`QK`]).
     pub fn quantize(x: &[f32], cols: usize) -> QActs {
+        let mut a = QActs::default();
+        a.quantize_into(x, cols);
+        a
+    }
+
+    /// [`QActs::quantize`] into `self`, reusing its buffers.
+    pub fn quantize_into(&mut self, x: &[f32], cols: usize) {
         assert!(cols.is_multiple_of(QK) && x.len().is_multiple_of(cols), "activation rows of {cols} values");
         let nblocks = x.len() / QK;
         let nb = cols / QK;
-        let mut a =
-            QActs { cols, qs: vec![0; x.len()], d: vec![0.0; nblocks], s: vec![0.0; nblocks], ..QActs::default() };
+        let a = self;
+        a.cols = cols;
+        refill(&mut a.qs, x.len());
+        refill(&mut a.d, nblocks);
+        refill(&mut a.s, nblocks);
         let row = |((x, qs), (d, s)): RowParts<'_>| {
             for (b, blk) in x.chunks_exact(QK).enumerate() {
                 let q = &mut qs[QK * b..QK * (b + 1)];
@@ -383,10 +402,13 @@ impl QActs {
                 s[b] = db * sum as f32;
             }
         };
+        let rows = x.len().checked_div(cols).unwrap_or(0);
+        let groups = rows / GROUP;
+        refill(&mut a.gd, groups * nb * GROUP);
+        refill(&mut a.gs, groups * nb * GROUP);
         if nb == 0 {
-            return a;
+            return;
         }
-        let rows = x.len() / cols;
         if rows >= PARALLEL_ROWS {
             let (qs, d, s) = (a.qs.par_chunks_mut(cols), a.d.par_chunks_mut(nb), a.s.par_chunks_mut(nb));
             x.par_chunks(cols).zip(qs).zip(d.zip(s)).with_min_len(4).for_each(row);
@@ -394,21 +416,15 @@ impl QActs {
             let (qs, d, s) = (a.qs.chunks_mut(cols), a.d.chunks_mut(nb), a.s.chunks_mut(nb));
             x.chunks(cols).zip(qs).zip(d.zip(s)).for_each(row);
         }
-        let groups = rows / GROUP;
-        if groups > 0 {
-            a.gd = vec![0.0; groups * nb * GROUP];
-            a.gs = vec![0.0; groups * nb * GROUP];
-            for g in 0..groups {
-                for i in 0..GROUP {
-                    let r = g * GROUP + i;
-                    for b in 0..nb {
-                        a.gd[(g * nb + b) * GROUP + i] = a.d[r * nb + b];
-                        a.gs[(g * nb + b) * GROUP + i] = a.s[r * nb + b];
-                    }
+        for g in 0..groups {
+            for i in 0..GROUP {
+                let r = g * GROUP + i;
+                for b in 0..nb {
+                    a.gd[(g * nb + b) * GROUP + i] = a.d[r * nb + b];
+                    a.gs[(g * nb + b) * GROUP + i] = a.s[r * nb + b];
                 }
             }
         }
-        a
     }
 
     pub fn rows(&self) -> usize {
@@ -466,6 +482,11 @@ pub struct KActs {
     /// `d·Σq` per 32 values (the AVX-512 Q4_K/Q5_K kernels take the
     /// minimums' term as one float dot product with these).
     pub dsums: Vec<f32>,
+    /// The quants again in [`sub_order`], for the AVX-512 kernels that sum
+    /// each sub-block before scaling it; empty unless asked for.
+    pub qsp: Vec<i8>,
+    /// With `qsp`: `d·Σq` per 16 values (the Q6_K offset's float term).
+    pub dbsums: Vec<f32>,
 }
 
 /// One row of [`KActs`].
@@ -475,21 +496,46 @@ pub struct KActRow<'a> {
     pub d: &'a [f32],
     pub bsums: &'a [i16],
     pub dsums: &'a [f32],
+    /// The quants in [`sub_order`], or empty.
+    pub qsp: &'a [i8],
+    /// `d·Σq` per 16 values with `qsp`, or empty.
+    pub dbsums: &'a [f32],
+}
+
+/// Where value `v` of a super-block goes in the sub-block order: the 256
+/// values as four 64-byte vectors, where bytes `8j..8j + 8` of vector `k`
+/// are values `32j + 8k..32j + 8k + 8`. Each 8-byte slot then holds the
+/// same 32-value sub-block in all four vectors (and the same 16-value group
+/// in vectors 0 and 1, and in 2 and 3), so products of the four vectors can
+/// be summed per sub-block before its scale multiplies them once.
+#[inline]
+pub fn sub_order(v: usize) -> usize {
+    let (sb, r) = (v / QK_K, v % QK_K);
+    let (j, k, i) = (r / 32, (r % 32) / 8, r % 8);
+    sb * QK_K + 64 * k + 8 * j + i
 }
 
 impl KActs {
     /// Quantize `x`, a row-major matrix of rows of `cols` values (`cols` a
-    /// multiple of [`QK_K`]).
-    pub fn quantize(x: &[f32], cols: usize) -> KActs {
+    /// multiple of [`QK_K`]); with `sub` also the quants in [`sub_order`].
+    pub fn quantize(x: &[f32], cols: usize, sub: bool) -> KActs {
+        let mut a = KActs::default();
+        a.quantize_into(x, cols, sub);
+        a
+    }
+
+    /// [`KActs::quantize`] into `self`, reusing its buffers.
+    pub fn quantize_into(&mut self, x: &[f32], cols: usize, sub: bool) {
         assert!(cols.is_multiple_of(QK_K) && x.len().is_multiple_of(cols), "activation rows of {cols} values");
         let nsb = x.len() / QK_K;
-        let mut a = KActs {
-            cols,
-            qs: vec![0; x.len()],
-            d: vec![0.0; nsb],
-            bsums: vec![0; x.len() / 16],
-            dsums: vec![0.0; x.len() / 32],
-        };
+        let a = self;
+        a.cols = cols;
+        refill(&mut a.qs, x.len());
+        refill(&mut a.d, nsb);
+        refill(&mut a.bsums, x.len() / 16);
+        refill(&mut a.dsums, x.len() / 32);
+        refill(&mut a.qsp, if sub { x.len() } else { 0 });
+        refill(&mut a.dbsums, if sub { x.len() / 16 } else { 0 });
         // Per super-block: quants and scale, sums per 16, `d·Σq` per 32.
         let block = |(((x, qs), d), (bsums, dsums)): SuperBlockParts<'_>| {
             *d = quantize_block(x, qs);
@@ -509,7 +555,22 @@ impl KActs {
             let sums = a.bsums.chunks_exact_mut(16).zip(a.dsums.chunks_exact_mut(8));
             x.chunks_exact(QK_K).zip(qs).zip(d).zip(sums).for_each(block);
         }
-        a
+        if sub {
+            let reorder = |(dst, src): (&mut [i8], &[i8])| {
+                for (v, &q) in src.iter().enumerate() {
+                    dst[sub_order(v)] = q;
+                }
+            };
+            if x.len() / cols >= PARALLEL_ROWS {
+                let pairs = a.qsp.par_chunks_exact_mut(QK_K).zip(a.qs.par_chunks_exact(QK_K));
+                pairs.with_min_len(16).for_each(reorder);
+            } else {
+                a.qsp.chunks_exact_mut(QK_K).zip(a.qs.chunks_exact(QK_K)).for_each(reorder);
+            }
+            for (g, (ds, &s)) in a.dbsums.iter_mut().zip(&a.bsums).enumerate() {
+                *ds = a.d[g / 16] * s as f32;
+            }
+        }
     }
 
     pub fn rows(&self) -> usize {
@@ -523,6 +584,8 @@ impl KActs {
             d: &self.d[r * nsb..(r + 1) * nsb],
             bsums: &self.bsums[r * self.cols / 16..(r + 1) * self.cols / 16],
             dsums: &self.dsums[r * self.cols / 32..(r + 1) * self.cols / 32],
+            qsp: if self.qsp.is_empty() { &[] } else { &self.qsp[r * self.cols..(r + 1) * self.cols] },
+            dbsums: if self.qsp.is_empty() { &[] } else { &self.dbsums[r * self.cols / 16..(r + 1) * self.cols / 16] },
         }
     }
 }

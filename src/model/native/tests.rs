@@ -12,7 +12,7 @@ use candle_core::{Device, Tensor};
 
 /// Every kernel set (on a CPU without AVX-512 or AVX2, `Simd` and `Avx2`
 /// fall back to what it has, so the list is always safe to run).
-const KERNEL_SETS: [Kernels; 3] = [Kernels::Scalar, Kernels::Avx2, Kernels::Simd];
+const KERNEL_SETS: [Kernels; 4] = [Kernels::Scalar, Kernels::Avx2, Kernels::Avx512V1, Kernels::Simd];
 
 const TYPES: [(GgmlDType, QType); 10] = [
     (GgmlDType::F32, QType::F32),
@@ -171,7 +171,7 @@ fn threaded_matmul_matches_row_by_row_dots() {
         let mut yb = vec![0f32; 5 * 19];
         matmul(&mut [(&wa, &mut ya[..]), (&wb, &mut yb[..])], &x, 5, kernels);
         let a = QActs::quantize(&x, cols);
-        let ka = KActs::quantize(&x, cols);
+        let ka = KActs::quantize(&x, cols, false);
         for t in 0..5 {
             for r in 0..37 {
                 let want = dot_scalar::dot_q(QType::Q4_1, wa.row(r), a.row(t));
@@ -192,7 +192,7 @@ fn quantized_product_error_is_small_relative_to_the_f32_product() {
     let cols = 1536;
     let x = values(cols, 77, 1.0);
     let a = QActs::quantize(&x, cols);
-    let ka = KActs::quantize(&x, cols);
+    let ka = KActs::quantize(&x, cols, false);
     for (dt, q) in TYPES.iter().copied().filter(|(_, q)| !q.is_float()) {
         let (m, w) = quantized(dt, q, 4, cols, 6);
         for r in 0..4 {
@@ -221,7 +221,7 @@ fn quantized_product_error_is_small_relative_to_the_f32_product() {
 #[test]
 fn kquant_activations_round_to_the_nearest_step_and_sum_per_16() {
     let x = values(512, 13, 2.0);
-    let a = KActs::quantize(&x, 256);
+    let a = KActs::quantize(&x, 256, false);
     assert_eq!(a.rows(), 2);
     for b in 0..2 {
         let blk = &x[256 * b..256 * b + 256];
@@ -244,7 +244,7 @@ fn scalar_kquant_dot_equals_the_dot_of_dequantized_values() {
     for (dt, q) in TYPES.iter().copied().filter(|(_, q)| q.is_kquant()) {
         let (m, w) = quantized(dt, q, 2, cols, 5);
         let x = values(cols, 9, 1.0);
-        let a = KActs::quantize(&x, cols);
+        let a = KActs::quantize(&x, cols, false);
         let xa: Vec<f32> = (0..cols).map(|i| a.qs[i] as f32 * a.d[i / 256]).collect();
         for r in 0..2 {
             let want: f64 = (0..cols).map(|i| w[r * cols + i] as f64 * xa[i] as f64).sum();
@@ -266,7 +266,7 @@ fn simd_kquant_kernels_match_scalar_kernels() {
     for (dt, q) in TYPES.iter().copied().filter(|(_, q)| q.is_kquant()) {
         let (m, _) = quantized(dt, q, 3, cols, 21);
         let x = values(4 * cols, 4, 1.5);
-        let a = KActs::quantize(&x, cols);
+        let a = KActs::quantize(&x, cols, false);
         let bytes: Vec<u8> = (0..3).flat_map(|r| m.row(r).to_vec()).collect();
         let acts = [a.row(0), a.row(1), a.row(2), a.row(3)];
         let mut o4 = [[0f32; 4]; 3];
@@ -321,11 +321,13 @@ fn avx512_kernels_match_scalar_kernels() {
         return;
     }
     let cols = 1024;
-    for (dt, q) in TYPES.iter().copied().filter(|(_, q)| !q.is_float()) {
+    // The k-quants in value order (v1) and in the sub-block order.
+    let cases = TYPES.iter().copied().filter(|(_, q)| !q.is_float()).flat_map(|c| [(c, false), (c, true)]);
+    for ((dt, q), sub) in cases.filter(|&((_, q), sub)| q.is_kquant() || !sub) {
         let (m, _) = quantized(dt, q, 3, cols, 21);
         let x = values(8 * cols, 4, 1.5);
         let bytes: Vec<u8> = (0..3).flat_map(|r| m.row(r).to_vec()).collect();
-        let (a, ka) = (QActs::quantize(&x, cols), KActs::quantize(&x, cols));
+        let (a, ka) = (QActs::quantize(&x, cols), KActs::quantize(&x, cols, sub));
         let want = |r: usize, t: usize| {
             if q.is_kquant() {
                 dot_scalar::dot_k(q, m.row(r), ka.row(t))
@@ -411,5 +413,80 @@ fn avx512_block_pairs_equal_one_block_at_a_time() {
                 assert_eq!(r.to_bits(), u.to_bits(), "{}: unpacked group kernel {u} vs row kernel {r}", q.name());
             }
         }
+    }
+}
+
+/// The sub-block order is a permutation of each super-block in which every
+/// 8-byte slot holds one 32-value sub-block in all four vectors, and one
+/// 16-value group in vectors 0 and 1 and in vectors 2 and 3 (what the
+/// AVX-512 k-quant kernels rely on to weight each i32 lane once).
+#[test]
+fn sub_block_order_is_a_permutation_with_one_sub_block_per_slot() {
+    use super::quant::sub_order;
+    let mut seen = vec![false; 512];
+    for v in 0..512 {
+        let p = sub_order(v);
+        assert!(p / 256 == v / 256 && !seen[p], "value {v} goes to {p}");
+        seen[p] = true;
+        let (k, slot) = ((p % 256) / 64, (p % 64) / 8);
+        assert_eq!((v % 256) / 32, slot, "value {v}: slot {slot} of vector {k}");
+        assert_eq!((v % 256) / 16, 2 * slot + k / 2, "value {v}: 16-value group");
+    }
+}
+
+/// In-cache throughput of the AVX-512 Q4_K token loop in both orders:
+/// `cargo test --release --lib kquant_tile_throughput -- --ignored --nocapture`.
+#[cfg(target_arch = "x86_64")]
+#[test]
+#[ignore]
+fn kquant_tile_throughput() {
+    if !dot_avx512::available() {
+        eprintln!("no AVX-512 VNNI");
+        return;
+    }
+    let (rows, cols) = (16usize, 1536usize);
+    let (w, _) = quantized(GgmlDType::Q4K, QType::Q4K, rows, cols, 1);
+    let bytes: Vec<u8> = (0..rows).flat_map(|r| w.row(r).to_vec()).collect();
+    let x = values(8 * cols, 3, 1.0);
+    for sub in [false, true, false, true] {
+        let ka = KActs::quantize(&x, cols, sub);
+        let acts: [_; 8] = std::array::from_fn(|t| ka.row(t));
+        let mut u = dot_avx512::Unpacked::default();
+        let mut o = vec![[0f32; 8]; rows];
+        let n = 200_000;
+        // SAFETY: checked `available` above.
+        unsafe { dot_avx512::unpack_k(QType::Q4K, &bytes, cols, sub, &mut u) };
+        let t0 = std::time::Instant::now();
+        for _ in 0..n {
+            // SAFETY: as above; `u` holds these rows.
+            unsafe { dot_avx512::dot_k_unpacked::<8>(&u, &acts, &mut o) };
+            std::hint::black_box(&mut o);
+        }
+        let order = if sub { "sub-block order" } else { "value order (v1)" };
+        eprintln!("{order}: {:.1} G multiply-adds/s", (rows * cols * 8 * n) as f64 / t0.elapsed().as_secs_f64() / 1e9);
+    }
+}
+
+/// Products started from many threads of one pool at once (tests, several
+/// models): a thread waiting for its tasks runs others' tasks meanwhile,
+/// and every product must still give what it gives alone.
+#[test]
+fn concurrent_products_in_one_pool_equal_each_alone() {
+    use rayon::prelude::{IntoParallelIterator, ParallelIterator};
+    let cols = 512;
+    let (wk, _) = quantized(GgmlDType::Q4K, QType::Q4K, 40, cols, 4);
+    let (wq, _) = quantized(GgmlDType::Q4_1, QType::Q4_1, 24, cols, 5);
+    let run = |seed: u64| {
+        let tokens = 17 + seed as usize % 23;
+        let x = values(tokens * cols, seed, 1.0);
+        let (mut yk, mut yq) = (vec![0f32; tokens * 40], vec![0f32; tokens * 24]);
+        matmul(&mut [(&wk, &mut yk[..]), (&wq, &mut yq[..])], &x, tokens, Kernels::Simd);
+        (yk, yq)
+    };
+    let alone: Vec<_> = (0..48).map(run).collect();
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(4).build().unwrap();
+    for _ in 0..10 {
+        let together: Vec<_> = pool.install(|| (0..48u64).into_par_iter().map(run).collect());
+        assert_eq!(alone, together);
     }
 }
