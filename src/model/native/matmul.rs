@@ -120,12 +120,14 @@ impl Kernels {
         }
     }
 
-    /// The instructions the quantized products use on this CPU:
-    /// "AVX-512 VNNI", "AVX-512 VNNI (v1 k-quant sums)", "AVX2" or "portable".
+    /// The instructions the quantized products use on this CPU, as run
+    /// records show them: "AVX-512 VNNI (k-quant sums v2)" (the sub-block
+    /// order), "AVX-512 VNNI (k-quant sums v1)" ([`Kernels::Avx512V1`]; what
+    /// records before v2 call "AVX-512 VNNI"), "AVX2" or "portable".
     pub fn name(self) -> &'static str {
         match self.set() {
-            Set::Avx512 if self == Kernels::Avx512V1 => "AVX-512 VNNI (v1 k-quant sums)",
-            Set::Avx512 => "AVX-512 VNNI",
+            Set::Avx512 if self == Kernels::Avx512V1 => "AVX-512 VNNI (k-quant sums v1)",
+            Set::Avx512 => "AVX-512 VNNI (k-quant sums v2)",
             Set::Avx2 => "AVX2",
             Set::Scalar => "portable",
         }

@@ -115,7 +115,7 @@ impl NativeModel {
     }
 
     /// How the weights are held, for model info: "as stored (Q4_1 ×210,
-    /// Q8_0 ×1), AVX-512 VNNI kernels".
+    /// Q8_0 ×1), AVX-512 VNNI (k-quant sums v2) kernels".
     pub fn description(&self) -> String {
         format!("as stored ({}), {} kernels", self.weight_types(), self.kernels.name())
     }
