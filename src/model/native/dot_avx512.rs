@@ -298,6 +298,18 @@ pub unsafe fn dot_k_unpacked<const N: usize>(u: &Unpacked, a: &[KActRow<'_>; N],
     assert_eq!(out.len(), u.rows, "unpacked rows");
     assert_eq!(kact_blocks(a), nsb, "activation rows vs unpacked rows");
     assert_eq!(u.sub, !a[0].qsp.is_empty(), "unpacked order vs activation order");
+    if u.sub {
+        unpacked_rows::<true, N>(u, a, out)
+    } else {
+        unpacked_rows::<false, N>(u, a, out)
+    }
+}
+
+/// [`dot_k_unpacked`] for one order, after its checks.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn unpacked_rows<const SUB: bool, const N: usize>(u: &Unpacked, a: &[KActRow<'_>; N], out: &mut [[f32; N]]) {
+    let nsb = u.nsb;
     for (r, o) in out.iter_mut().enumerate() {
         let blocks = &u.blocks[r * nsb..(r + 1) * nsb];
         let mut acc = [_mm512_setzero_ps(); N];
@@ -308,11 +320,7 @@ pub unsafe fn dot_k_unpacked<const N: usize>(u: &Unpacked, a: &[KActRow<'_>; N],
                 while sb0 < nsb {
                     let pass = (nsb - sb0).min(K45_PASS);
                     for k in 0..pass {
-                        if u.sub {
-                            k45_tokens::<true, N>(&blocks[sb0 + k], a, sb0 + k, &mut acc);
-                        } else {
-                            k45_tokens::<false, N>(&blocks[sb0 + k], a, sb0 + k, &mut acc);
-                        }
+                        k45_tokens::<SUB, N>(&blocks[sb0 + k], a, sb0 + k, &mut acc);
                     }
                     k45_mins(mins.add(8 * sb0), a, sb0, pass, &mut acc);
                     sb0 += pass;
@@ -320,11 +328,7 @@ pub unsafe fn dot_k_unpacked<const N: usize>(u: &Unpacked, a: &[KActRow<'_>; N],
             }
             Some(QType::Q6K) => {
                 for (sb, blk) in blocks.iter().enumerate() {
-                    if u.sub {
-                        q6k_tokens::<true, N>(blk, a, sb, &mut acc);
-                    } else {
-                        q6k_tokens::<false, N>(blk, a, sb, &mut acc);
-                    }
+                    q6k_tokens::<SUB, N>(blk, a, sb, &mut acc);
                 }
             }
             _ => panic!("nothing unpacked"),
@@ -422,7 +426,6 @@ unsafe fn k45_unpack<const Q5: bool, const SUB: bool>(p: *const u8, c: &K45Const
     let d = _mm_cvtss_f32(dm);
     let dmin = _mm256_set1_ps(_mm_cvtss_f32(_mm_movehdup_ps(dm)));
     let (sc, mn) = scales_mins(p.add(4));
-    let sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64(sc.as_ptr() as *const __m128i)));
     let mn32 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(mn.as_ptr() as *const __m128i));
     _mm256_storeu_ps(mins, _mm256_mul_ps(_mm256_cvtepi32_ps(mn32), dmin));
     if SUB {
@@ -447,6 +450,7 @@ unsafe fn k45_unpack<const Q5: bool, const SUB: bool>(p: *const u8, c: &K45Const
         }
         return KBlock { v, scale: [zero; 4], off: zero, dsc, d };
     }
+    let sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64(sc.as_ptr() as *const __m128i)));
     let scale = c.sc_idx.map(|i| _mm512_permutexvar_epi16(i, sc16));
     let mut v = [c.low; 4];
     for m in 0..2 {
@@ -644,10 +648,6 @@ unsafe fn q6k<const SUB: bool, const N: usize>(w: &[u8], a: &[KActRow<'_>; N], o
 unsafe fn q6k_unpack<const SUB: bool>(p: *const u8, c: &Q6Consts) -> KBlock {
     prefetch(p, 210);
     let d = f16_at(p.add(208));
-    let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(p.add(192) as *const __m128i));
-    let scz = _mm512_castsi256_si512(sc16);
-    // −32·scale, to take the offset off with the sums per 16.
-    let off = _mm512_zextsi256_si512(_mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(sc16, 5)));
     if SUB {
         let zero = _mm512_setzero_si512();
         let dsc16 = _mm512_mul_ps(
@@ -670,6 +670,10 @@ unsafe fn q6k_unpack<const SUB: bool>(p: *const u8, c: &Q6Consts) -> KBlock {
         });
         return KBlock { v, scale: [zero; 4], off: zero, dsc, d };
     }
+    let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(p.add(192) as *const __m128i));
+    let scz = _mm512_castsi256_si512(sc16);
+    // −32·scale, to take the offset off with the sums per 16.
+    let off = _mm512_zextsi256_si512(_mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(sc16, 5)));
     let scale = c.sc_idx.map(|i| _mm512_permutexvar_epi16(i, scz));
     let mut v = [c.low; 4];
     for n in 0..2 {

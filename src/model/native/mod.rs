@@ -93,7 +93,7 @@ impl NativeModel {
         let kernels = match std::env::var(KERNELS_ENV).as_deref() {
             Ok("scalar") => Kernels::Scalar,
             Ok("avx2") => Kernels::Avx2,
-            Ok("avx512-v1") if Kernels::detect() == Kernels::Simd => Kernels::Avx512V1,
+            Ok("avx512-v1") => Kernels::Avx512V1,
             _ => Kernels::detect(),
         };
         NativeModel { slots: vec![Slot::new(&net.cfg)], net, kernels }

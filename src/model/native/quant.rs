@@ -330,10 +330,10 @@ pub fn act_blocks<const N: usize>(a: &[ActRow<'_>; N]) -> usize {
 /// [`act_blocks`] checks.
 pub fn kact_blocks<const N: usize>(a: &[KActRow<'_>; N]) -> usize {
     let nsb = a[0].d.len();
+    // The sub-block order's copies: in every row or in none.
+    let (qsp, dbsums) = if a[0].qsp.is_empty() { (0, 0) } else { (nsb * QK_K, 16 * nsb) };
     for r in a.iter() {
         assert!(r.qs.len() == nsb * QK_K && r.d.len() == nsb && r.bsums.len() == 16 * nsb, "activation row length");
-        let sub = !a[0].qsp.is_empty();
-        let (qsp, dbsums) = if sub { (r.qs.len(), r.bsums.len()) } else { (0, 0) };
         assert!(r.qsp.len() == qsp && r.dbsums.len() == dbsums, "activation order");
     }
     nsb
