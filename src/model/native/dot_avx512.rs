@@ -305,36 +305,58 @@ pub unsafe fn dot_k_unpacked<const N: usize>(u: &Unpacked, a: &[KActRow<'_>; N],
     }
 }
 
+/// Super-blocks of a row that one pass of the tile's rows takes (a divisor
+/// of [`K45_PASS`]): for long rows (the down projection), the rows of a
+/// tile go over the row in stretches of this many super-blocks, so that
+/// the tokens' activations of a stretch stay in the L1 cache from row to
+/// row instead of coming again from L2 for each row. Each row's sums are
+/// the same operations in the same order as over the whole row at once.
+const K_STRETCH: usize = 8;
+
+/// Rows whose sums [`unpacked_rows`] keeps at once (on the stack) while it
+/// goes over a row in stretches: the matmul's tile.
+const STRETCH_ROWS: usize = 16;
+
 /// [`dot_k_unpacked`] for one order, after its checks.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn unpacked_rows<const SUB: bool, const N: usize>(u: &Unpacked, a: &[KActRow<'_>; N], out: &mut [[f32; N]]) {
+    const { assert!(K45_PASS.is_multiple_of(K_STRETCH)) };
     let nsb = u.nsb;
-    for (r, o) in out.iter_mut().enumerate() {
-        let blocks = &u.blocks[r * nsb..(r + 1) * nsb];
-        let mut acc = [_mm512_setzero_ps(); N];
-        match u.qtype {
-            Some(QType::Q4K | QType::Q5K) => {
-                let mins = u.mins.as_ptr().add(8 * r * nsb);
-                let mut sb0 = 0;
-                while sb0 < nsb {
-                    let pass = (nsb - sb0).min(K45_PASS);
-                    for k in 0..pass {
-                        k45_tokens::<SUB, N>(&blocks[sb0 + k], a, sb0 + k, &mut acc);
+    let stretch = if nsb > 2 * K_STRETCH { K_STRETCH } else { nsb };
+    for (g, out) in out.chunks_mut(STRETCH_ROWS).enumerate() {
+        let mut accs = [[_mm512_setzero_ps(); N]; STRETCH_ROWS];
+        let mut s0 = 0;
+        while s0 < nsb {
+            let s1 = (s0 + stretch).min(nsb);
+            for (r, acc) in (g * STRETCH_ROWS..).zip(accs[..out.len()].iter_mut()) {
+                let blocks = &u.blocks[r * nsb..(r + 1) * nsb];
+                match u.qtype {
+                    Some(QType::Q4K | QType::Q5K) => {
+                        for sb in s0..s1 {
+                            k45_tokens::<SUB, N>(&blocks[sb], a, sb, acc);
+                            // The minimums at the end of each pass (see `k45`).
+                            if (sb + 1).is_multiple_of(K45_PASS) || sb + 1 == nsb {
+                                let p0 = sb / K45_PASS * K45_PASS;
+                                let mins = u.mins.as_ptr().add(8 * (r * nsb + p0));
+                                k45_mins(mins, a, p0, sb + 1 - p0, acc);
+                            }
+                        }
                     }
-                    k45_mins(mins.add(8 * sb0), a, sb0, pass, &mut acc);
-                    sb0 += pass;
+                    Some(QType::Q6K) => {
+                        for (sb, blk) in blocks.iter().enumerate().take(s1).skip(s0) {
+                            q6k_tokens::<SUB, N>(blk, a, sb, acc);
+                        }
+                    }
+                    _ => panic!("nothing unpacked"),
                 }
             }
-            Some(QType::Q6K) => {
-                for (sb, blk) in blocks.iter().enumerate() {
-                    q6k_tokens::<SUB, N>(blk, a, sb, &mut acc);
-                }
-            }
-            _ => panic!("nothing unpacked"),
+            s0 = s1;
         }
-        for i in 0..N {
-            o[i] = _mm512_reduce_add_ps(acc[i]);
+        for (o, acc) in out.iter_mut().zip(&accs) {
+            for i in 0..N {
+                o[i] = _mm512_reduce_add_ps(acc[i]);
+            }
         }
     }
 }

@@ -294,6 +294,7 @@ impl Acts for QActs {
     fn rows(&self) -> usize {
         QActs::rows(self)
     }
+    #[inline]
     fn row(&self, r: usize) -> ActRow<'_> {
         QActs::row(self, r)
     }
@@ -355,6 +356,7 @@ impl Acts for KActs {
     fn rows(&self) -> usize {
         KActs::rows(self)
     }
+    #[inline]
     fn row(&self, r: usize) -> KActRow<'_> {
         KActs::row(self, r)
     }

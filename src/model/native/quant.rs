@@ -431,6 +431,7 @@ impl QActs {
         self.qs.len().checked_div(self.cols).unwrap_or(0)
     }
 
+    #[inline]
     pub fn row(&self, r: usize) -> ActRow<'_> {
         let nb = self.cols / QK;
         ActRow {
@@ -577,6 +578,7 @@ impl KActs {
         self.qs.len().checked_div(self.cols).unwrap_or(0)
     }
 
+    #[inline]
     pub fn row(&self, r: usize) -> KActRow<'_> {
         let nsb = self.cols / QK_K;
         KActRow {

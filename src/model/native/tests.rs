@@ -363,6 +363,47 @@ fn avx512_kernels_match_scalar_kernels() {
     }
 }
 
+/// Unpacked tiles go over long rows in stretches of super-blocks, a group
+/// of rows at a time; their sums must be bit for bit those of the packed
+/// kernel over each whole row: more super-blocks than a pass of the
+/// minimums (33, 40) and more rows than a group (19), in both orders.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn avx512_unpacked_long_rows_equal_the_packed_kernel() {
+    if !dot_avx512::available() {
+        eprintln!("no AVX-512 VNNI: AVX-512 kernels not tested");
+        return;
+    }
+    let rows = 19;
+    for (dt, q) in TYPES.into_iter().filter(|(_, q)| q.is_kquant()) {
+        for nsb in [3usize, 17, 33, 40] {
+            let cols = nsb * 256;
+            let (m, _) = quantized(dt, q, rows, cols, 31);
+            let bytes: Vec<u8> = (0..rows).flat_map(|r| m.row(r).to_vec()).collect();
+            let x = values(8 * cols, 6, 1.5);
+            for sub in [false, true] {
+                let ka = KActs::quantize(&x, cols, sub);
+                let acts: [_; 8] = std::array::from_fn(|t| ka.row(t));
+                let (mut packed, mut unpacked) = (vec![[0f32; 8]; rows], vec![[0f32; 8]; rows]);
+                let mut u = dot_avx512::Unpacked::default();
+                // SAFETY: checked `available` above; `u` holds these rows.
+                unsafe {
+                    dot_avx512::dot_k_rows::<8>(q, &bytes, &acts, &mut packed);
+                    dot_avx512::unpack_k(q, &bytes, cols, sub, &mut u);
+                    dot_avx512::dot_k_unpacked::<8>(&u, &acts, &mut unpacked);
+                }
+                let bits = |v: &[[f32; 8]]| v.iter().flatten().map(|f| f.to_bits()).collect::<Vec<_>>();
+                assert_eq!(
+                    bits(&packed),
+                    bits(&unpacked),
+                    "{} with {nsb} super-blocks, sub-block order {sub}",
+                    q.name()
+                );
+            }
+        }
+    }
+}
+
 /// The AVX-512 kernel for the 32-value block types reads two blocks per
 /// vector; its results must be bit for bit those of one block at a time, at
 /// even and odd block counts and every token count the products use.
@@ -444,26 +485,29 @@ fn kquant_tile_throughput() {
         eprintln!("no AVX-512 VNNI");
         return;
     }
-    let (rows, cols) = (16usize, 1536usize);
-    let (w, _) = quantized(GgmlDType::Q4K, QType::Q4K, rows, cols, 1);
-    let bytes: Vec<u8> = (0..rows).flat_map(|r| w.row(r).to_vec()).collect();
-    let x = values(8 * cols, 3, 1.0);
-    for sub in [false, true, false, true] {
-        let ka = KActs::quantize(&x, cols, sub);
-        let acts: [_; 8] = std::array::from_fn(|t| ka.row(t));
-        let mut u = dot_avx512::Unpacked::default();
-        let mut o = vec![[0f32; 8]; rows];
-        let n = 200_000;
-        // SAFETY: checked `available` above.
-        unsafe { dot_avx512::unpack_k(QType::Q4K, &bytes, cols, sub, &mut u) };
-        let t0 = std::time::Instant::now();
-        for _ in 0..n {
-            // SAFETY: as above; `u` holds these rows.
-            unsafe { dot_avx512::dot_k_unpacked::<8>(&u, &acts, &mut o) };
-            std::hint::black_box(&mut o);
+    let rows = 16usize;
+    for cols in [1536usize, 8960] {
+        let (w, _) = quantized(GgmlDType::Q4K, QType::Q4K, rows, cols, 1);
+        let bytes: Vec<u8> = (0..rows).flat_map(|r| w.row(r).to_vec()).collect();
+        let x = values(8 * cols, 3, 1.0);
+        for sub in [false, true, false, true] {
+            let ka = KActs::quantize(&x, cols, sub);
+            let acts: [_; 8] = std::array::from_fn(|t| ka.row(t));
+            let mut u = dot_avx512::Unpacked::default();
+            let mut o = vec![[0f32; 8]; rows];
+            let n = 200_000 * 1536 / cols;
+            // SAFETY: checked `available` above.
+            unsafe { dot_avx512::unpack_k(QType::Q4K, &bytes, cols, sub, &mut u) };
+            let t0 = std::time::Instant::now();
+            for _ in 0..n {
+                // SAFETY: as above; `u` holds these rows.
+                unsafe { dot_avx512::dot_k_unpacked::<8>(&u, &acts, &mut o) };
+                std::hint::black_box(&mut o);
+            }
+            let order = if sub { "sub-block order" } else { "value order (v1)" };
+            let rate = (rows * cols * 8 * n) as f64 / t0.elapsed().as_secs_f64() / 1e9;
+            eprintln!("{cols} columns, {order}: {rate:.1} G multiply-adds/s");
         }
-        let order = if sub { "sub-block order" } else { "value order (v1)" };
-        eprintln!("{order}: {:.1} G multiply-adds/s", (rows * cols * 8 * n) as f64 / t0.elapsed().as_secs_f64() / 1e9);
     }
 }
 
