@@ -333,8 +333,8 @@ unsafe fn unpacked_rows<const SUB: bool, const N: usize>(u: &Unpacked, a: &[KAct
                 let blocks = &u.blocks[r * nsb..(r + 1) * nsb];
                 match u.qtype {
                     Some(QType::Q4K | QType::Q5K) => {
-                        for sb in s0..s1 {
-                            k45_tokens::<SUB, N>(&blocks[sb], a, sb, acc);
+                        for (sb, blk) in blocks.iter().enumerate().take(s1).skip(s0) {
+                            k45_tokens::<SUB, N>(blk, a, sb, acc);
                             // The minimums at the end of each pass (see `k45`).
                             if (sb + 1).is_multiple_of(K45_PASS) || sb + 1 == nsb {
                                 let p0 = sb / K45_PASS * K45_PASS;
