@@ -329,8 +329,12 @@ unsafe fn unpacked_rows<const SUB: bool, const N: usize>(u: &Unpacked, a: &[KAct
         let mut s0 = 0;
         while s0 < nsb {
             let s1 = (s0 + stretch).min(nsb);
-            for (r, acc) in (g * STRETCH_ROWS..).zip(accs[..out.len()].iter_mut()) {
+            for (r, sums) in (g * STRETCH_ROWS..).zip(accs[..out.len()].iter_mut()) {
                 let blocks = &u.blocks[r * nsb..(r + 1) * nsb];
+                // In registers for the stretch (through the array, each sum
+                // went to memory and back at every super-block).
+                let mut regs = *sums;
+                let acc = &mut regs;
                 match u.qtype {
                     Some(QType::Q4K | QType::Q5K) => {
                         for (sb, blk) in blocks.iter().enumerate().take(s1).skip(s0) {
@@ -350,15 +354,46 @@ unsafe fn unpacked_rows<const SUB: bool, const N: usize>(u: &Unpacked, a: &[KAct
                     }
                     _ => panic!("nothing unpacked"),
                 }
+                *sums = regs;
             }
             s0 = s1;
         }
         for (o, acc) in out.iter_mut().zip(&accs) {
-            for i in 0..N {
-                o[i] = _mm512_reduce_add_ps(acc[i]);
+            if N == 8 {
+                // SAFETY: N is 8.
+                _mm256_storeu_ps(o.as_mut_ptr(), reduce_8(&*(acc.as_ptr() as *const [__m512; 8])));
+            } else {
+                for i in 0..N {
+                    o[i] = _mm512_reduce_add_ps(acc[i]);
+                }
             }
         }
     }
+}
+
+/// The sums of eight vectors' lanes, bit for bit `_mm512_reduce_add_ps` of
+/// each (the same additions in the same tree: the two 256-bit halves, then
+/// the 128-bit halves, then lanes 0 + 2 and 1 + 3, then those two), done
+/// on the eight at once: 26 instructions instead of about 70.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn reduce_8(v: &[__m512; 8]) -> __m256 {
+    // The 256-bit halves: pair (a, b) gives [a.lo + a.hi, b.lo + b.hi].
+    let halves = |a: __m512, b: __m512| {
+        _mm512_add_ps(_mm512_shuffle_f32x4::<0b01_00_01_00>(a, b), _mm512_shuffle_f32x4::<0b11_10_11_10>(a, b))
+    };
+    let (ab, cd, ef, gh) = (halves(v[0], v[1]), halves(v[2], v[3]), halves(v[4], v[5]), halves(v[6], v[7]));
+    // The 128-bit halves: one 128-bit lane per vector.
+    let quarters = |p: __m512, q: __m512| {
+        _mm512_add_ps(_mm512_shuffle_f32x4::<0b10_00_10_00>(p, q), _mm512_shuffle_f32x4::<0b11_01_11_01>(p, q))
+    };
+    let (x0, x1) = (quarters(ab, cd), quarters(ef, gh));
+    // Lanes 0 + 2 and 1 + 3: lane i of `z` holds vector i's and i + 4's.
+    let z = _mm512_add_ps(_mm512_shuffle_ps::<0b01_00_01_00>(x0, x1), _mm512_shuffle_ps::<0b11_10_11_10>(x0, x1));
+    // Their two sums: lane i holds [v_i, v_{i+4}, v_i, v_{i+4}].
+    let s = _mm512_add_ps(_mm512_shuffle_ps::<0b10_00_10_00>(z, z), _mm512_shuffle_ps::<0b11_01_11_01>(z, z));
+    let order = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 13, 9, 5, 1, 12, 8, 4, 0);
+    _mm512_castps512_ps256(_mm512_permutexvar_ps(order, s))
 }
 
 /// Constants of the Q4_K and Q5_K unpacking.

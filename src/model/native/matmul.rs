@@ -294,7 +294,7 @@ impl Acts for QActs {
     fn rows(&self) -> usize {
         QActs::rows(self)
     }
-    #[inline]
+    #[inline(always)]
     fn row(&self, r: usize) -> ActRow<'_> {
         QActs::row(self, r)
     }
@@ -356,7 +356,7 @@ impl Acts for KActs {
     fn rows(&self) -> usize {
         KActs::rows(self)
     }
-    #[inline]
+    #[inline(always)]
     fn row(&self, r: usize) -> KActRow<'_> {
         KActs::row(self, r)
     }
@@ -509,7 +509,12 @@ fn dot_n<A: Acts, const N: usize>(
             return scatter(&g[..n], w, r0, t0, out);
         }
     }
-    let acts: [A::Row<'_>; N] = std::array::from_fn(|i| a.row(t0 + i));
+    // A plain loop: through `array::from_fn` each row came back from a call
+    // through memory, and reading it stalled on store forwarding.
+    let mut acts: [A::Row<'_>; N] = [a.row(t0); N];
+    for (i, r) in acts.iter_mut().enumerate().skip(1) {
+        *r = a.row(t0 + i);
+    }
     match set {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `Set::Avx512` is only chosen when the CPU has what it

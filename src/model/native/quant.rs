@@ -431,7 +431,7 @@ impl QActs {
         self.qs.len().checked_div(self.cols).unwrap_or(0)
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn row(&self, r: usize) -> ActRow<'_> {
         let nb = self.cols / QK;
         ActRow {
@@ -578,7 +578,7 @@ impl KActs {
         self.qs.len().checked_div(self.cols).unwrap_or(0)
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn row(&self, r: usize) -> KActRow<'_> {
         let nsb = self.cols / QK_K;
         KActRow {
