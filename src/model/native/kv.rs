@@ -127,7 +127,12 @@ impl KvCache {
                 one(idx, o, &mut scores);
             }
         } else {
-            out.par_chunks_mut(head_dim).enumerate().for_each_init(Vec::new, |scores, (idx, o)| one(idx, o, scores));
+            // Short runs of (token, head) pairs: later tokens cost more, and a
+            // long run left at the end keeps the other threads waiting.
+            out.par_chunks_mut(head_dim)
+                .enumerate()
+                .with_max_len(16)
+                .for_each_init(Vec::new, |scores, (idx, o)| one(idx, o, scores));
         }
     }
 }
