@@ -189,15 +189,13 @@ fn run_jobs(
     let cols = x.len() / tokens.max(1);
     let total: usize = jobs.iter().map(|(w, _)| w.rows).sum();
     let threads = rayon::current_num_threads().max(1);
-    // Tasks of whole row tiles. A long product (many tokens) is cut finer:
-    // threads that finish early wait for the last task, and with 8 tasks a
-    // thread they waited about 6% of the product; short ones keep fewer,
-    // cheaper-to-schedule tasks.
-    let per_thread = if tokens >= 2 * TILE { 32 } else { 8 };
+    // A long product (many tokens) goes in 32 tasks a thread of whole row
+    // tiles, since threads that finish early wait for the last task; short
+    // ones keep 8, cheaper to schedule.
     let chunk = if tokens >= 2 * TILE {
-        total.div_ceil(threads * per_thread).next_multiple_of(TILE)
+        total.div_ceil(threads * 32).next_multiple_of(TILE)
     } else {
-        total.div_ceil(threads * per_thread).max(4)
+        total.div_ceil(threads * 8).max(4)
     };
     let mut tasks: Vec<(usize, usize, usize, Out)> = Vec::new();
     for (j, (w, y)) in jobs.iter_mut().enumerate() {
