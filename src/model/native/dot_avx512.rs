@@ -315,7 +315,7 @@ const K_STRETCH: usize = 8;
 
 /// Rows whose sums [`unpacked_rows`] keeps at once (on the stack) while it
 /// goes over a row in stretches: the matmul's tile.
-const STRETCH_ROWS: usize = 16;
+const STRETCH_ROWS: usize = super::matmul::TILE;
 
 /// [`dot_k_unpacked`] for one order, after its checks.
 #[cfg(target_arch = "x86_64")]

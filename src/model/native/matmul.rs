@@ -400,7 +400,7 @@ impl Acts for KActs {
 }
 
 /// Weight rows per kernel call (the results of a tile stay on the stack).
-const TILE: usize = 16;
+pub(super) const TILE: usize = 16;
 
 /// Bytes of quantized activations a block of tokens may take: the tokens of
 /// a block meet every row tile of the chunk while they stay in the L2 cache.
