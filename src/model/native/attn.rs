@@ -15,8 +15,10 @@ use std::arch::x86_64::{
     _mm256_sub_ps, _mm_add_ps, _mm_loadu_si128, _mm_storeu_ps, _mm_storeu_si128, _MM_FROUND_TO_NEAREST_INT,
 };
 
+use super::attn_avx512;
 #[cfg(target_arch = "x86_64")]
 use super::dot_avx2::hsum;
+use super::matmul::Kernels;
 use super::ops::{exp_scalar, simd_available};
 use super::quant::{f16_to_f32, f32_to_f16};
 
@@ -50,18 +52,104 @@ pub struct HeadKv<'a> {
     pub n: usize,
 }
 
+/// Which attention kernel runs. The SIMD kernels give the same bits as
+/// each other (the same operations in the same order); the portable code
+/// sums in another order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Isa {
+    /// 512-bit vectors ([`super::attn_avx512`]): AVX-512 F and DQ.
+    Avx512,
+    /// AVX2, FMA and F16C.
+    Avx2,
+    Scalar,
+}
+
+impl Isa {
+    /// The kernel for a kernel set on this CPU: the AVX-512 one for the
+    /// default set where the CPU has it, AVX2 for `Avx2` (so that it can be
+    /// compared with other AVX2 code), never one the CPU lacks.
+    pub fn for_kernels(kernels: Kernels) -> Isa {
+        match kernels {
+            Kernels::Scalar => Isa::Scalar,
+            _ if !simd_available() => Isa::Scalar,
+            Kernels::Avx2 => Isa::Avx2,
+            Kernels::Simd | Kernels::Avx512V1 if attn_avx512::available() => Isa::Avx512,
+            Kernels::Simd | Kernels::Avx512V1 => Isa::Avx2,
+        }
+    }
+
+    /// The most heads one call of [`attend_heads`] serves: as many as the
+    /// accumulators fit in the vector registers (16 for AVX2, 32 for
+    /// AVX-512).
+    pub fn max_heads(self) -> usize {
+        match self {
+            Isa::Avx512 => attn_avx512::MAX_HEADS,
+            Isa::Avx2 | Isa::Scalar => 3,
+        }
+    }
+}
+
 /// One head, one query over `kv`. `scores` is scratch (≥ `kv.n` values).
-pub fn attend(q: &[f32], kv: HeadKv<'_>, scale: f32, scores: &mut [f32], out: &mut [f32], simd: bool) {
+pub fn attend(q: &[f32], kv: HeadKv<'_>, scale: f32, scores: &mut [f32], out: &mut [f32], isa: Isa) {
+    attend_heads(q, 1, kv, scale, scores, out, isa);
+}
+
+/// Up to [`Isa::max_heads`] query heads that share one KV head (GQA), one query
+/// each over the same `kv`: `q` and `out` hold the heads side by side
+/// (`heads × head_dim`), `scores` is scratch (≥ `heads × kv.n`). Each key
+/// and value is loaded and widened once for all of them; each head's
+/// result is bit-identical to [`attend`] on that head alone (the same
+/// operations in the same order).
+pub fn attend_heads(
+    q: &[f32],
+    heads: usize,
+    kv: HeadKv<'_>,
+    scale: f32,
+    scores: &mut [f32],
+    out: &mut [f32],
+    isa: Isa,
+) {
     let HeadKv { k, v, stride, n } = kv;
-    let hd = q.len();
-    assert!(n > 0 && scores.len() >= n && out.len() == hd);
+    assert!((1..=isa.max_heads()).contains(&heads) && q.len().is_multiple_of(heads) && out.len() == q.len());
+    let hd = q.len() / heads;
+    assert!(n > 0 && hd <= stride && scores.len() >= heads * n);
     assert!(k.len() >= (n - 1) * stride + hd && v.len() >= (n - 1) * stride + hd);
     #[cfg(target_arch = "x86_64")]
-    if simd && hd.is_multiple_of(8) && simd_available() {
-        // SAFETY: AVX2, FMA and F16C are present; the bounds are checked above.
-        unsafe { attend_avx2(q, kv, scale, scores, out) };
+    if isa == Isa::Avx512 && hd.is_multiple_of(8) && attn_avx512::available() {
+        // SAFETY: AVX-512 F/DQ, AVX2, FMA and F16C are present; the bounds
+        // are checked above.
+        unsafe {
+            match heads {
+                1 => attn_avx512::attend::<1>(q, kv, scale, scores, out),
+                2 => attn_avx512::attend::<2>(q, kv, scale, scores, out),
+                3 => attn_avx512::attend::<3>(q, kv, scale, scores, out),
+                4 => attn_avx512::attend::<4>(q, kv, scale, scores, out),
+                5 => attn_avx512::attend::<5>(q, kv, scale, scores, out),
+                _ => attn_avx512::attend::<6>(q, kv, scale, scores, out),
+            }
+        }
         return;
     }
+    #[cfg(target_arch = "x86_64")]
+    if isa != Isa::Scalar && heads <= 3 && hd.is_multiple_of(8) && simd_available() {
+        // SAFETY: AVX2, FMA and F16C are present; the bounds are checked above.
+        unsafe {
+            match heads {
+                1 => attend_avx2::<1>(q, kv, scale, scores, out),
+                2 => attend_avx2::<2>(q, kv, scale, scores, out),
+                _ => attend_avx2::<3>(q, kv, scale, scores, out),
+            }
+        }
+        return;
+    }
+    for (h, (qh, oh)) in q.chunks_exact(hd).zip(out.chunks_exact_mut(hd)).enumerate() {
+        attend_scalar(qh, kv, scale, &mut scores[h * n..(h + 1) * n], oh);
+    }
+}
+
+fn attend_scalar(q: &[f32], kv: HeadKv<'_>, scale: f32, scores: &mut [f32], out: &mut [f32]) {
+    let HeadKv { k, v, stride, n } = kv;
+    let hd = q.len();
     for (i, s) in scores[..n].iter_mut().enumerate() {
         let key = &k[i * stride..i * stride + hd];
         *s = q.iter().zip(key).map(|(a, &b)| a * f16_to_f32(b)).sum::<f32>() * scale;
@@ -83,41 +171,103 @@ pub fn attend(q: &[f32], kv: HeadKv<'_>, scale: f32, scores: &mut [f32], out: &m
 
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn load_h8(p: *const u16) -> __m256 {
+pub(super) unsafe fn load_h8(p: *const u16) -> __m256 {
     _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i))
 }
 
+/// `G` heads over one KV head. Per head: scores four keys at a time
+/// (independent FMA chains), softmax, then the weighted values, each
+/// output value summed over the positions in order; the keys and values
+/// are widened once for all `G` heads.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn attend_avx2(q: &[f32], kv: HeadKv<'_>, scale: f32, scores: &mut [f32], out: &mut [f32]) {
+unsafe fn attend_avx2<const G: usize>(q: &[f32], kv: HeadKv<'_>, scale: f32, scores: &mut [f32], out: &mut [f32]) {
     let HeadKv { k, v, stride, n } = kv;
-    let hd = q.len();
+    let hd = q.len() / G;
+    let qp = q.as_ptr();
+    let sp = scores.as_mut_ptr();
     let mut i = 0;
     while i + 4 <= n {
         let kp = [0, 1, 2, 3].map(|c| k.as_ptr().add((i + c) * stride));
-        let mut acc = [_mm256_setzero_ps(); 4];
+        let mut acc = [[_mm256_setzero_ps(); 4]; G];
         for j in (0..hd).step_by(8) {
-            let qv = _mm256_loadu_ps(q.as_ptr().add(j));
             for c in 0..4 {
-                acc[c] = _mm256_fmadd_ps(qv, load_h8(kp[c].add(j)), acc[c]);
+                let key = load_h8(kp[c].add(j));
+                for (h, a) in acc.iter_mut().enumerate() {
+                    a[c] = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(h * hd + j)), key, a[c]);
+                }
             }
         }
-        let s4 = hsum4(acc);
-        for (c, s) in s4.iter().enumerate() {
-            *scores.get_unchecked_mut(i + c) = s * scale;
+        for (h, a) in acc.iter().enumerate() {
+            let s4 = hsum4(*a);
+            for (c, s) in s4.iter().enumerate() {
+                *sp.add(h * n + i + c) = s * scale;
+            }
         }
         i += 4;
     }
     while i < n {
-        let key = k.as_ptr().add(i * stride);
-        let mut acc = _mm256_setzero_ps();
+        let kp = k.as_ptr().add(i * stride);
+        let mut acc = [_mm256_setzero_ps(); G];
         for j in (0..hd).step_by(8) {
-            acc = _mm256_fmadd_ps(_mm256_loadu_ps(q.as_ptr().add(j)), load_h8(key.add(j)), acc);
+            let key = load_h8(kp.add(j));
+            for (h, a) in acc.iter_mut().enumerate() {
+                *a = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(h * hd + j)), key, *a);
+            }
         }
-        *scores.get_unchecked_mut(i) = hsum(acc) * scale;
+        for (h, a) in acc.iter().enumerate() {
+            *sp.add(h * n + i) = hsum(*a) * scale;
+        }
         i += 1;
     }
-    let max = scores[..n].iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
+    for h in 0..G {
+        softmax_avx2(&mut scores[h * n..(h + 1) * n]);
+    }
+    // Weighted values: 32 outputs of each head in registers across all
+    // positions, then 8.
+    let op = out.as_mut_ptr();
+    let mut j = 0;
+    while j + 32 <= hd {
+        let mut acc = [[_mm256_setzero_ps(); 4]; G];
+        for i in 0..n {
+            let val = v.as_ptr().add(i * stride + j);
+            let vals = [0, 1, 2, 3].map(|c| load_h8(val.add(8 * c)));
+            for (h, a) in acc.iter_mut().enumerate() {
+                let p = _mm256_set1_ps(*sp.add(h * n + i));
+                for c in 0..4 {
+                    a[c] = _mm256_fmadd_ps(p, vals[c], a[c]);
+                }
+            }
+        }
+        for (h, a) in acc.iter().enumerate() {
+            for (c, a) in a.iter().enumerate() {
+                _mm256_storeu_ps(op.add(h * hd + j + 8 * c), *a);
+            }
+        }
+        j += 32;
+    }
+    while j < hd {
+        let mut acc = [_mm256_setzero_ps(); G];
+        for i in 0..n {
+            let val = load_h8(v.as_ptr().add(i * stride + j));
+            for (h, a) in acc.iter_mut().enumerate() {
+                *a = _mm256_fmadd_ps(_mm256_set1_ps(*sp.add(h * n + i)), val, *a);
+            }
+        }
+        for (h, a) in acc.iter().enumerate() {
+            _mm256_storeu_ps(op.add(h * hd + j), *a);
+        }
+        j += 8;
+    }
+}
+
+/// Scores to probabilities in place: exponentials of the differences to
+/// the maximum, eight at a time, then divided by their sum (one reciprocal).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(super) unsafe fn softmax_avx2(scores: &mut [f32]) {
+    let n = scores.len();
+    let max = scores.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
     let n8 = n / 8 * 8;
     let mut sumv = _mm256_setzero_ps();
     let mx = _mm256_set1_ps(max);
@@ -132,32 +282,8 @@ unsafe fn attend_avx2(q: &[f32], kv: HeadKv<'_>, scale: f32, scores: &mut [f32],
         sum += *s;
     }
     let inv = 1.0 / sum;
-    for s in scores[..n].iter_mut() {
+    for s in scores.iter_mut() {
         *s *= inv;
-    }
-    // Weighted values: 64 outputs in registers across all positions, then 8.
-    let mut j = 0;
-    while j + 64 <= hd {
-        let mut acc = [_mm256_setzero_ps(); 8];
-        for (i, &sc) in scores[..n].iter().enumerate() {
-            let p = _mm256_set1_ps(sc);
-            let val = v.as_ptr().add(i * stride + j);
-            for (c, a) in acc.iter_mut().enumerate() {
-                *a = _mm256_fmadd_ps(p, load_h8(val.add(8 * c)), *a);
-            }
-        }
-        for (c, a) in acc.iter().enumerate() {
-            _mm256_storeu_ps(out.as_mut_ptr().add(j + 8 * c), *a);
-        }
-        j += 64;
-    }
-    while j < hd {
-        let mut a = _mm256_setzero_ps();
-        for (i, &sc) in scores[..n].iter().enumerate() {
-            a = _mm256_fmadd_ps(_mm256_set1_ps(sc), load_h8(v.as_ptr().add(i * stride + j)), a);
-        }
-        _mm256_storeu_ps(out.as_mut_ptr().add(j), a);
-        j += 8;
     }
 }
 
@@ -177,6 +303,8 @@ unsafe fn hsum4(v: [__m256; 4]) -> [f32; 4] {
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(target_arch = "x86_64")]
+    use std::arch::x86_64::{_mm256_fmadd_ps, _mm256_loadu_ps, _mm256_set1_ps, _mm256_setzero_ps, _mm256_storeu_ps};
 
     fn halves(x: &[f32]) -> Vec<u16> {
         let mut h = vec![0u16; x.len()];
@@ -210,13 +338,168 @@ mod tests {
             (0..n).map(|i| (0..hd).map(|j| q[j] * f16_to_f32(k[i * stride + j])).sum::<f32>() * 0.25).collect();
         let m = s.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
         let z: f32 = s.iter().map(|x| (x - m).exp()).sum();
-        for simd in [false, true] {
+        for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512] {
             let mut scores = vec![0f32; n];
             let mut out = vec![0f32; hd];
-            attend(&q, HeadKv { k: &k, v: &v, stride, n }, 0.25, &mut scores, &mut out, simd);
+            attend(&q, HeadKv { k: &k, v: &v, stride, n }, 0.25, &mut scores, &mut out, isa);
             for j in 0..hd {
                 let want: f32 = (0..n).map(|i| (s[i] - m).exp() / z * f16_to_f32(v[i * stride + j])).sum();
-                assert!((out[j] - want).abs() < 1e-5, "simd {simd}, {j}: {} vs {want}", out[j]);
+                assert!((out[j] - want).abs() < 1e-5, "{isa:?}, {j}: {} vs {want}", out[j]);
+            }
+        }
+    }
+
+    /// The AVX2 kernel as it was before heads were grouped (one head a
+    /// call, 64 output values a register block): the grouped kernels and
+    /// the AVX-512 one must give its bits.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn one_head_avx2(q: &[f32], kv: HeadKv<'_>, scale: f32, scores: &mut [f32], out: &mut [f32]) {
+        let HeadKv { k, v, stride, n } = kv;
+        let hd = q.len();
+        let mut i = 0;
+        while i + 4 <= n {
+            let kp = [0, 1, 2, 3].map(|c| k.as_ptr().add((i + c) * stride));
+            let mut acc = [_mm256_setzero_ps(); 4];
+            for j in (0..hd).step_by(8) {
+                let qv = _mm256_loadu_ps(q.as_ptr().add(j));
+                for c in 0..4 {
+                    acc[c] = _mm256_fmadd_ps(qv, load_h8(kp[c].add(j)), acc[c]);
+                }
+            }
+            for (c, s) in hsum4(acc).iter().enumerate() {
+                scores[i + c] = s * scale;
+            }
+            i += 4;
+        }
+        while i < n {
+            let key = k.as_ptr().add(i * stride);
+            let mut acc = _mm256_setzero_ps();
+            for j in (0..hd).step_by(8) {
+                acc = _mm256_fmadd_ps(_mm256_loadu_ps(q.as_ptr().add(j)), load_h8(key.add(j)), acc);
+            }
+            scores[i] = hsum(acc) * scale;
+            i += 1;
+        }
+        softmax_avx2(&mut scores[..n]);
+        let mut j = 0;
+        while j + 64 <= hd {
+            let mut acc = [_mm256_setzero_ps(); 8];
+            for (i, &sc) in scores[..n].iter().enumerate() {
+                let p = _mm256_set1_ps(sc);
+                let val = v.as_ptr().add(i * stride + j);
+                for (c, a) in acc.iter_mut().enumerate() {
+                    *a = _mm256_fmadd_ps(p, load_h8(val.add(8 * c)), *a);
+                }
+            }
+            for (c, a) in acc.iter().enumerate() {
+                _mm256_storeu_ps(out.as_mut_ptr().add(j + 8 * c), *a);
+            }
+            j += 64;
+        }
+        while j < hd {
+            let mut a = _mm256_setzero_ps();
+            for (i, &sc) in scores[..n].iter().enumerate() {
+                a = _mm256_fmadd_ps(_mm256_set1_ps(sc), load_h8(v.as_ptr().add(i * stride + j)), a);
+            }
+            _mm256_storeu_ps(out.as_mut_ptr().add(j), a);
+            j += 8;
+        }
+    }
+
+    /// Pseudo-random values in about ±`amp` (a fixed sequence per seed).
+    fn noise(len: usize, seed: u64, amp: f32) -> Vec<f32> {
+        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                ((x >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * amp
+            })
+            .collect()
+    }
+
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn grouped_heads_and_avx512_give_the_one_head_kernels_bits() {
+        if !simd_available() {
+            return;
+        }
+        let isas: Vec<Isa> =
+            [Isa::Avx2, Isa::Avx512].into_iter().filter(|&i| i == Isa::Avx2 || attn_avx512::available()).collect();
+        for hd in [8, 24, 64, 72, 128, 136] {
+            let stride = hd * 2 + 8;
+            for n in (1..=13).chain([31, 64, 97]) {
+                let k = halves(&noise(n * stride, 1 + n as u64, 2.0));
+                let v = halves(&noise(n * stride, 100 + n as u64, 3.0));
+                let kv = HeadKv { k: &k[hd..], v: &v[hd..], stride, n };
+                for isa in &isas {
+                    for heads in 1..=isa.max_heads() {
+                        let q = noise(heads * hd, (hd * 1000 + n * 10 + heads) as u64, 1.5);
+                        let mut scores = vec![0f32; heads * n];
+                        let mut out = vec![0f32; heads * hd];
+                        attend_heads(&q, heads, kv, 0.125, &mut scores, &mut out, *isa);
+                        for h in 0..heads {
+                            let mut s1 = vec![0f32; n];
+                            let mut want = vec![0f32; hd];
+                            // SAFETY: AVX2, FMA and F16C are present (checked above).
+                            unsafe { one_head_avx2(&q[h * hd..(h + 1) * hd], kv, 0.125, &mut s1, &mut want) };
+                            let got = &out[h * hd..(h + 1) * hd];
+                            assert!(
+                                got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()),
+                                "{isa:?}: head dim {hd}, {n} positions, head {h} of {heads}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Attention speed of each kernel on one thread (a generating step's
+    /// work for a SmolLM2-like KV group: 3 heads of 64 over 1,400 cached
+    /// positions): `cargo test --release --lib attention_throughput --
+    /// --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn attention_throughput() {
+        let (hd, n, heads) = (64, 1400, 3);
+        let stride = 3 * hd;
+        let k = halves(&noise(n * stride, 7, 2.0));
+        let v = halves(&noise(n * stride, 8, 2.0));
+        let q = noise(heads * hd, 9, 1.0);
+        let kv = HeadKv { k: &k, v: &v, stride, n };
+        for round in 0..3 {
+            for isa in [Isa::Avx2, Isa::Avx512] {
+                if isa == Isa::Avx512 && !attn_avx512::available() {
+                    continue;
+                }
+                let mut scores = vec![0f32; heads * n];
+                let mut out = vec![0f32; heads * hd];
+                let mut best = f64::MAX;
+                for _ in 0..10 {
+                    let t = std::time::Instant::now();
+                    for _ in 0..50 {
+                        attend_heads(&q, heads, kv, 0.125, &mut scores, &mut out, isa);
+                    }
+                    best = best.min(t.elapsed().as_secs_f64() / 50.0);
+                }
+                let mut one = f64::MAX;
+                for _ in 0..10 {
+                    let t = std::time::Instant::now();
+                    for _ in 0..50 {
+                        for h in 0..heads {
+                            attend(&q[h * hd..(h + 1) * hd], kv, 0.125, &mut scores, &mut out[..hd], isa);
+                        }
+                    }
+                    one = one.min(t.elapsed().as_secs_f64() / 50.0);
+                }
+                println!(
+                    "round {round} {isa:?}: {heads} heads together {:.1} µs, one at a time {:.1} µs",
+                    best * 1e6,
+                    one * 1e6
+                );
             }
         }
     }

@@ -162,9 +162,12 @@ impl Transformer {
             let m = x.len() / h;
             let att = &mut att_buf[..m * qd];
             let shape = HeadShape { heads: cfg.heads, head_dim: hd };
+            // One head a task where a group a task would leave threads idle
+            // (generating one sequence); the results are the same.
+            let per_head = m * cfg.kv_heads < rayon::current_num_threads();
             if segs.len() == 1 {
                 let p = spans[0].2;
-                segs[0].cache.attention(l, &q, p, shape, att, kernels);
+                segs[0].cache.attention(l, &q, p, shape, att, kernels, per_head);
             } else {
                 // Sequences side by side (each may still split its heads).
                 let mut outs: Vec<(&KvCache, &[f32], usize, &mut [f32])> = Vec::with_capacity(segs.len());
@@ -174,7 +177,8 @@ impl Transformer {
                     rest = tail;
                     outs.push((&*s.cache, &q[r0 * qd..(r0 + len) * qd], p, mine));
                 }
-                outs.into_par_iter().for_each(|(cache, q, p, out)| cache.attention(l, q, p, shape, out, kernels));
+                outs.into_par_iter()
+                    .for_each(|(cache, q, p, out)| cache.attention(l, q, p, shape, out, kernels, per_head));
             }
             let o = &mut o_buf[..m * h];
             matmul(&mut [(&lw.wo, &mut o[..])], att, m, kernels);

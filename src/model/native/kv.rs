@@ -99,39 +99,65 @@ impl KvCache {
 
     /// Causal attention for queries at positions `pos..pos + n` of `layer`:
     /// query `t` sees cached positions `0..=pos + t`. `q` and `out` are
-    /// `n × heads * head_dim`. Heads share KV heads in groups (GQA).
-    pub fn attention(&self, layer: usize, q: &[f32], pos: usize, shape: HeadShape, out: &mut [f32], kernels: Kernels) {
+    /// `n × heads * head_dim`. Heads share KV heads in groups (GQA); the
+    /// heads of a group are served together, up to [`attn::Isa::max_heads`]
+    /// a call, unless `per_head` asks for one head a task (more, smaller
+    /// tasks: for one token on several threads). Either way each head's
+    /// result is the same, bit for bit.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention(
+        &self,
+        layer: usize,
+        q: &[f32],
+        pos: usize,
+        shape: HeadShape,
+        out: &mut [f32],
+        kernels: Kernels,
+        per_head: bool,
+    ) {
         let HeadShape { heads, head_dim } = shape;
         let kv_heads = self.kv_dim / head_dim;
         let group = heads / kv_heads;
         let scale = 1.0 / (head_dim as f32).sqrt();
         let (keys, vals) = (&self.k[layer], &self.v[layer]);
-        let simd = kernels != Kernels::Scalar;
+        let isa = attn::Isa::for_kernels(kernels);
+        // A task: `per_task` consecutive heads of one token, all of one KV
+        // head, in calls of at most `isa.max_heads()` heads (as even as possible).
+        let per_task = if per_head { 1 } else { group };
+        let calls = per_task.div_ceil(isa.max_heads());
         let one = |idx: usize, o: &mut [f32], scores: &mut Vec<f32>| {
-            let (t, h) = (idx / heads, idx % heads);
+            let h0 = idx * per_task;
+            let (t, h) = (h0 / heads, h0 % heads);
             let n = pos + t + 1;
             let g = h / group;
-            if scores.len() < n {
-                scores.resize(n, 0.0);
-            }
-            let qh = &q[idx * head_dim..(idx + 1) * head_dim];
             let off = g * head_dim;
             let kv = attn::HeadKv { k: &keys[off..], v: &vals[off..], stride: self.kv_dim, n };
-            attn::attend(qh, kv, scale, scores, o, simd);
+            let mut done = 0;
+            for c in 0..calls {
+                let hs = per_task / calls + usize::from(c < per_task % calls);
+                if scores.len() < hs * n {
+                    scores.resize(hs * n, 0.0);
+                }
+                let qh = &q[(h0 + done) * head_dim..(h0 + done + hs) * head_dim];
+                let oh = &mut o[done * head_dim..(done + hs) * head_dim];
+                attn::attend_heads(qh, hs, kv, scale, scores, oh, isa);
+                done += hs;
+            }
         };
-        let tasks = out.len() / head_dim;
-        let work = tasks * (pos + tasks / heads) * head_dim;
+        let width = per_task * head_dim;
+        let tasks = out.len() / width;
+        let work = tasks * per_task * (pos + tasks * per_task / heads) * head_dim;
         if work < 1 << 15 || rayon::current_num_threads() == 1 {
             let mut scores = Vec::new();
-            for (idx, o) in out.chunks_mut(head_dim).enumerate() {
+            for (idx, o) in out.chunks_mut(width).enumerate() {
                 one(idx, o, &mut scores);
             }
         } else {
-            // Short runs of (token, head) pairs: later tokens cost more, and a
-            // long run left at the end keeps the other threads waiting.
-            out.par_chunks_mut(head_dim)
+            // Short runs of tasks (about 16 heads): later tokens cost more,
+            // and a long run left at the end keeps the other threads waiting.
+            out.par_chunks_mut(width)
                 .enumerate()
-                .with_max_len(16)
+                .with_max_len((16 / per_task).max(1))
                 .for_each_init(Vec::new, |scores, (idx, o)| one(idx, o, scores));
         }
     }

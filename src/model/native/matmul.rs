@@ -163,10 +163,10 @@ pub fn matmul(jobs: &mut [(&QMatrix, &mut [f32])], x: &[f32], tokens: usize, ker
     // (rayon steals work), which then finds the buffers empty and allocates.
     let (mut qa, mut ka) = ACTS.with_borrow_mut(std::mem::take);
     if q32 {
-        qa.quantize_into(x, cols);
+        qa.quantize_into(x, cols, set != Set::Scalar);
     }
     if qk {
-        ka.quantize_into(x, cols, sub);
+        ka.quantize_into(x, cols, sub, set != Set::Scalar);
     }
     run_jobs(jobs, x, tokens, q32.then_some(&qa), qk.then_some(&ka), set);
     ACTS.set((qa, ka));

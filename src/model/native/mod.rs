@@ -22,6 +22,7 @@
 //! `tests/native_parity.rs` bounds the difference against candle.
 
 pub mod attn;
+pub mod attn_avx512;
 pub mod config;
 pub mod dot_avx2;
 pub mod dot_avx512;

@@ -16,11 +16,11 @@ use std::arch::x86_64::{
 
 use super::dot_avx2;
 
-const LOG2E: f32 = std::f32::consts::LOG2_E;
-const LN2_HI: f32 = 0.693_145_75;
-const LN2_LO: f32 = 1.428_606_8e-6;
-const EXP_MIN: f32 = -87.0;
-const EXP_MAX: f32 = 88.0;
+pub(super) const LOG2E: f32 = std::f32::consts::LOG2_E;
+pub(super) const LN2_HI: f32 = 0.693_145_75;
+pub(super) const LN2_LO: f32 = 1.428_606_8e-6;
+pub(super) const EXP_MIN: f32 = -87.0;
+pub(super) const EXP_MAX: f32 = 88.0;
 
 /// True when the SIMD paths may run.
 #[inline]

@@ -379,12 +379,13 @@ impl QActs {
     /// (`cols` a multiple of [`QK`]).
     pub fn quantize(x: &[f32], cols: usize) -> QActs {
         let mut a = QActs::default();
-        a.quantize_into(x, cols);
+        a.quantize_into(x, cols, true);
         a
     }
 
-    /// [`QActs::quantize`] into `self`, reusing its buffers.
-    pub fn quantize_into(&mut self, x: &[f32], cols: usize) {
+    /// [`QActs::quantize`] into `self`, reusing its buffers (`simd`: with
+    /// AVX2 where the CPU has it; the results are the same).
+    pub fn quantize_into(&mut self, x: &[f32], cols: usize, simd: bool) {
         assert!(cols.is_multiple_of(QK) && x.len().is_multiple_of(cols), "activation rows of {cols} values");
         let nblocks = x.len() / QK;
         let nb = cols / QK;
@@ -396,7 +397,7 @@ impl QActs {
         let row = |((x, qs), (d, s)): RowParts<'_>| {
             for (b, blk) in x.chunks_exact(QK).enumerate() {
                 let q = &mut qs[QK * b..QK * (b + 1)];
-                let db = quantize_block(blk, q);
+                let db = quantize_block(blk, q, simd);
                 let sum: i32 = q.iter().map(|&q| q as i32).sum();
                 d[b] = db;
                 s[b] = db * sum as f32;
@@ -459,7 +460,19 @@ impl QActs {
 }
 
 /// `q = round(x / d)` with `d = max|x| / 127` into `out`; returns `d`.
-fn quantize_block(x: &[f32], out: &mut [i8]) -> f32 {
+/// `simd`: with AVX2 where the CPU has it (and the block is whole 32s),
+/// which gives the same bits.
+pub(super) fn quantize_block(x: &[f32], out: &mut [i8], simd: bool) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if simd && x.len().is_multiple_of(32) && super::ops::simd_available() {
+        assert_eq!(x.len(), out.len());
+        // SAFETY: AVX2 is present; `out` is as long as `x`.
+        return unsafe { quantize_block_avx2(x, out) };
+    }
+    quantize_block_scalar(x, out)
+}
+
+fn quantize_block_scalar(x: &[f32], out: &mut [i8]) -> f32 {
     let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
     let d = amax / 127.0;
     let id = if d > 0.0 { 1.0 / d } else { 0.0 };
@@ -467,6 +480,58 @@ fn quantize_block(x: &[f32], out: &mut [i8]) -> f32 {
         *q = (v * id).round() as i8;
     }
     d
+}
+
+/// [`quantize_block_scalar`] with 8 lanes: the maximum is exact in any
+/// order, the product is the same, and `f32::round` (halves away from
+/// zero) is the truncation plus one step away from zero where the
+/// fraction, exact for these magnitudes, is at least one half (test
+/// `simd_activation_quantization_equals_the_scalar`).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn quantize_block_avx2(x: &[f32], out: &mut [i8]) -> f32 {
+    use std::arch::x86_64::*;
+    let p = x.as_ptr();
+    let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
+    let mut m = _mm256_setzero_ps();
+    for i in (0..x.len()).step_by(8) {
+        // max(v, m) returns m where v is NaN, as f32::max does.
+        m = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(p.add(i)), abs), m);
+    }
+    let mut lanes = [0f32; 8];
+    _mm256_storeu_ps(lanes.as_mut_ptr(), m);
+    let amax = lanes.iter().fold(0f32, |a, &v| a.max(v));
+    let d = amax / 127.0;
+    let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+    let idv = _mm256_set1_ps(id);
+    let round = |v: __m256| round_to_i8_avx2(_mm256_mul_ps(v, idv));
+    let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for i in (0..x.len()).step_by(32) {
+        let q = [0, 8, 16, 24].map(|o| round(_mm256_loadu_ps(p.add(i + o))));
+        let w = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+        _mm256_storeu_si256(out.as_mut_ptr().add(i) as *mut __m256i, _mm256_permutevar8x32_epi32(w, order));
+    }
+    d
+}
+
+/// `t.round() as i8` on 8 lanes (as i32 lanes): `as i8` saturates and
+/// takes NaN to 0, so clamping first to [-128, 127] (NaN to 0) gives the
+/// same; then the truncation, plus one step away from zero where the
+/// fraction (exact below 2²³) is at least one half.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn round_to_i8_avx2(t: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256i {
+    use std::arch::x86_64::*;
+    let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
+    let sign = _mm256_castsi256_ps(_mm256_set1_epi32(i32::MIN));
+    let t = _mm256_and_ps(t, _mm256_cmp_ps(t, t, _CMP_ORD_Q));
+    let t = _mm256_max_ps(_mm256_min_ps(t, _mm256_set1_ps(127.0)), _mm256_set1_ps(-128.0));
+    let tr = _mm256_round_ps(t, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    let frac = _mm256_and_ps(_mm256_sub_ps(t, tr), abs);
+    let away = _mm256_or_ps(_mm256_and_ps(t, sign), _mm256_set1_ps(1.0));
+    let step = _mm256_and_ps(_mm256_cmp_ps(frac, _mm256_set1_ps(0.5), _CMP_GE_OQ), away);
+    _mm256_cvttps_epi32(_mm256_add_ps(tr, step))
 }
 
 /// Activations quantized to 8 bits per super-block of [`QK_K`] values
@@ -521,12 +586,13 @@ impl KActs {
     /// multiple of [`QK_K`]); with `sub` also the quants in [`sub_order`].
     pub fn quantize(x: &[f32], cols: usize, sub: bool) -> KActs {
         let mut a = KActs::default();
-        a.quantize_into(x, cols, sub);
+        a.quantize_into(x, cols, sub, true);
         a
     }
 
-    /// [`KActs::quantize`] into `self`, reusing its buffers.
-    pub fn quantize_into(&mut self, x: &[f32], cols: usize, sub: bool) {
+    /// [`KActs::quantize`] into `self`, reusing its buffers (`simd`: with
+    /// AVX2 where the CPU has it; the results are the same).
+    pub fn quantize_into(&mut self, x: &[f32], cols: usize, sub: bool, simd: bool) {
         assert!(cols.is_multiple_of(QK_K) && x.len().is_multiple_of(cols), "activation rows of {cols} values");
         let nsb = x.len() / QK_K;
         let a = self;
@@ -539,7 +605,7 @@ impl KActs {
         refill(&mut a.dbsums, if sub { x.len() / 16 } else { 0 });
         // Per super-block: quants and scale, sums per 16, `d·Σq` per 32.
         let block = |(((x, qs), d), (bsums, dsums)): SuperBlockParts<'_>| {
-            *d = quantize_block(x, qs);
+            *d = quantize_block(x, qs, simd);
             for (s, q) in bsums.iter_mut().zip(qs.chunks_exact(16)) {
                 *s = q.iter().map(|&v| v as i16).sum();
             }

@@ -538,3 +538,74 @@ fn concurrent_products_in_one_pool_equal_each_alone() {
         assert_eq!(alone, together);
     }
 }
+
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn simd_activation_quantization_equals_the_scalar() {
+    use super::quant::quantize_block;
+    if !super::ops::simd_available() {
+        return;
+    }
+    let mut blocks: Vec<Vec<f32>> = Vec::new();
+    // Values that land on halves (and one step either side) after scaling
+    // by 127 / max: max 127 makes the scale 1.
+    let mut halves: Vec<f32> = (-127..127).map(|k| k as f32 + 0.5).collect();
+    halves.extend(
+        halves.clone().iter().flat_map(|&h| [f32::from_bits(h.to_bits() + 1), f32::from_bits(h.to_bits() - 1)]),
+    );
+    halves.push(127.0);
+    for chunk in halves.chunks(31) {
+        let mut b = chunk.to_vec();
+        b.resize(31, 0.25);
+        b.push(127.0);
+        blocks.push(b);
+    }
+    for (seed, scale) in [(1, 1.0), (2, 1e-3), (3, 40.0), (4, 1e-38), (5, 3e-39), (6, 1e-41), (7, 1e30)] {
+        blocks.extend(values(32 * 16, seed, scale).chunks(32).map(<[f32]>::to_vec));
+    }
+    blocks.push(vec![0.0; 32]);
+    blocks.push((0..32).map(|i| if i % 2 == 0 { -0.0 } else { 0.0 }).collect());
+    let mut special = values(32, 9, 1.0);
+    special[3] = f32::NAN;
+    special[7] = f32::INFINITY;
+    blocks.push(special.clone());
+    special[7] = 2.0;
+    blocks.push(special);
+    blocks.push(values(256, 10, 5.0));
+    for (i, b) in blocks.iter().enumerate() {
+        let (mut s, mut v) = (vec![0i8; b.len()], vec![0i8; b.len()]);
+        let ds = quantize_block(b, &mut s, false);
+        let dv = quantize_block(b, &mut v, true);
+        assert_eq!(ds.to_bits(), dv.to_bits(), "block {i}: scale");
+        assert_eq!(s, v, "block {i}: {b:?}");
+    }
+}
+
+/// Every f32 through the AVX2 rounding against `round() as i8`:
+/// `cargo test --release --lib rounding_to_i8_is_exact_for_every_f32 -- --ignored`.
+#[test]
+#[ignore]
+#[cfg(target_arch = "x86_64")]
+fn rounding_to_i8_is_exact_for_every_f32() {
+    use std::arch::x86_64::*;
+    if !super::ops::simd_available() {
+        return;
+    }
+    let mut bad = 0u64;
+    for hi in 0..(1u64 << 29) {
+        let bits: [u32; 8] = std::array::from_fn(|i| ((hi << 3) | i as u64) as u32);
+        let t: [f32; 8] = bits.map(f32::from_bits);
+        let mut got = [0i32; 8];
+        // SAFETY: AVX2 is present (checked above).
+        unsafe {
+            let r = super::quant::round_to_i8_avx2(_mm256_loadu_ps(t.as_ptr()));
+            _mm256_storeu_si256(got.as_mut_ptr() as *mut __m256i, r);
+        }
+        for i in 0..8 {
+            if got[i] != t[i].round() as i8 as i32 {
+                bad += 1;
+            }
+        }
+    }
+    assert_eq!(bad, 0);
+}
