@@ -36,7 +36,7 @@ use super::dot_avx2::hsum;
 /// and 4 of widened values fill 28 of the 32 registers.
 pub const MAX_HEADS: usize = 6;
 
-/// True when this CPU has what [`attend`] needs (and AVX2, FMA, F16C).
+/// True when this CPU has what the 512-bit kernel needs: AVX-512 F and DQ (and AVX2, FMA, F16C).
 pub fn available() -> bool {
     #[cfg(target_arch = "x86_64")]
     {

@@ -77,11 +77,12 @@ impl QMatrix {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kernels {
     /// The best SIMD set this CPU has: AVX-512 (F, BW, VL) with VNNI for the
-    /// quantized products where present, else AVX2/FMA/F16C. The other
-    /// operations (attention, SiLU, the KV cache) use AVX2.
+    /// quantized products where present, else AVX2/FMA/F16C. Attention runs
+    /// its 512-bit kernel where AVX-512 F/DQ are present (bit-identical to
+    /// the AVX2 one, see [`super::attn::Isa`]); SiLU and the KV cache use AVX2.
     Simd,
     /// The AVX2/FMA/F16C products even where AVX-512 is present (for tests
-    /// and comparisons); the other operations use AVX2 as with `Simd`.
+    /// and comparisons); attention and the other operations use AVX2 too.
     Avx2,
     /// `Simd` with the AVX-512 k-quant products of themisto before the
     /// sub-block order (see [`super::dot_avx512::KBlock`]): they scale each
