@@ -206,20 +206,7 @@ unsafe fn attend_avx2<const G: usize>(q: &[f32], kv: HeadKv<'_>, scale: f32, sco
         }
         i += 4;
     }
-    while i < n {
-        let kp = k.as_ptr().add(i * stride);
-        let mut acc = [_mm256_setzero_ps(); G];
-        for j in (0..hd).step_by(8) {
-            let key = load_h8(kp.add(j));
-            for (h, a) in acc.iter_mut().enumerate() {
-                *a = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(h * hd + j)), key, *a);
-            }
-        }
-        for (h, a) in acc.iter().enumerate() {
-            *sp.add(h * n + i) = hsum(*a) * scale;
-        }
-        i += 1;
-    }
+    score_one_by_one::<G>(q, kv, i, scale, sp);
     for h in 0..G {
         softmax_avx2(&mut scores[h * n..(h + 1) * n]);
     }
@@ -246,7 +233,47 @@ unsafe fn attend_avx2<const G: usize>(q: &[f32], kv: HeadKv<'_>, scale: f32, sco
         }
         j += 32;
     }
-    while j < hd {
+    values_by_8::<G>(kv, sp, hd, j, op);
+}
+
+/// Scores of keys `from..kv.n` one at a time for `G` heads (the keys
+/// after the last whole four): each key's 8 lanes of products, then `hsum`.
+/// Shared by the AVX2 and AVX-512 kernels.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(super) unsafe fn score_one_by_one<const G: usize>(
+    q: &[f32],
+    kv: HeadKv<'_>,
+    from: usize,
+    scale: f32,
+    sp: *mut f32,
+) {
+    let HeadKv { k, stride, n, .. } = kv;
+    let hd = q.len() / G;
+    let qp = q.as_ptr();
+    for i in from..n {
+        let kp = k.as_ptr().add(i * stride);
+        let mut acc: [__m256; G] = [_mm256_setzero_ps(); G];
+        for j in (0..hd).step_by(8) {
+            let key = load_h8(kp.add(j));
+            for (h, a) in acc.iter_mut().enumerate() {
+                *a = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(h * hd + j)), key, *a);
+            }
+        }
+        for (h, a) in acc.iter().enumerate() {
+            *sp.add(h * n + i) = hsum(*a) * scale;
+        }
+    }
+}
+
+/// Weighted values `from..hd` of `G` heads, 8 at a time (probabilities of
+/// head `h` at `sp[h * kv.n..]`, outputs at `op[h * hd..]`), each summed
+/// over the positions in order. Shared by the AVX2 and AVX-512 kernels.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(super) unsafe fn values_by_8<const G: usize>(kv: HeadKv<'_>, sp: *const f32, hd: usize, from: usize, op: *mut f32) {
+    let HeadKv { v, stride, n, .. } = kv;
+    for j in (from..hd).step_by(8) {
         let mut acc = [_mm256_setzero_ps(); G];
         for i in 0..n {
             let val = load_h8(v.as_ptr().add(i * stride + j));
@@ -257,7 +284,6 @@ unsafe fn attend_avx2<const G: usize>(q: &[f32], kv: HeadKv<'_>, scale: f32, sco
         for (h, a) in acc.iter().enumerate() {
             _mm256_storeu_ps(op.add(h * hd + j), *a);
         }
-        j += 8;
     }
 }
 

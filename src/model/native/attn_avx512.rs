@@ -15,20 +15,20 @@
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::{
-    __m128, __m128i, __m256, __m512, _mm256_add_ps, _mm256_castsi128_si256, _mm256_fmadd_ps, _mm256_inserti128_si256,
-    _mm256_loadu_ps, _mm256_loadu_si256, _mm256_mul_ps, _mm256_set1_ps, _mm256_setzero_ps, _mm256_storeu_ps,
-    _mm256_sub_ps, _mm512_add_epi32, _mm512_add_ps, _mm512_broadcast_f32x8, _mm512_castps512_ps128,
-    _mm512_castps512_ps256, _mm512_castps_si512, _mm512_castsi512_ps, _mm512_cvtph_ps, _mm512_cvtps_epi32,
-    _mm512_extractf32x8_ps, _mm512_fmadd_ps, _mm512_fnmadd_ps, _mm512_loadu_ps, _mm512_max_ps, _mm512_min_ps,
-    _mm512_mul_ps, _mm512_permute_ps, _mm512_permutex2var_ps, _mm512_permutexvar_ps, _mm512_reduce_max_ps,
-    _mm512_roundscale_ps, _mm512_set1_ps, _mm512_setr_epi32, _mm512_setzero_ps, _mm512_shuffle_f32x4,
-    _mm512_shuffle_ps, _mm512_slli_epi32, _mm512_storeu_ps, _mm512_sub_ps, _mm_loadu_si128, _mm_mul_ps, _mm_set1_ps,
-    _mm_storeu_ps, _MM_FROUND_NO_EXC, _MM_FROUND_TO_NEAREST_INT,
+    __m128, __m128i, __m256, __m512, _mm256_add_ps, _mm256_castsi128_si256, _mm256_inserti128_si256, _mm256_loadu_ps,
+    _mm256_loadu_si256, _mm256_mul_ps, _mm256_set1_ps, _mm256_setzero_ps, _mm256_storeu_ps, _mm256_sub_ps,
+    _mm512_add_epi32, _mm512_add_ps, _mm512_broadcast_f32x8, _mm512_castps512_ps128, _mm512_castps512_ps256,
+    _mm512_castps_si512, _mm512_castsi512_ps, _mm512_cvtph_ps, _mm512_cvtps_epi32, _mm512_extractf32x8_ps,
+    _mm512_fmadd_ps, _mm512_fnmadd_ps, _mm512_loadu_ps, _mm512_max_ps, _mm512_min_ps, _mm512_mul_ps, _mm512_permute_ps,
+    _mm512_permutex2var_ps, _mm512_permutexvar_ps, _mm512_reduce_max_ps, _mm512_roundscale_ps, _mm512_set1_ps,
+    _mm512_setr_epi32, _mm512_setzero_ps, _mm512_shuffle_f32x4, _mm512_shuffle_ps, _mm512_slli_epi32, _mm512_storeu_ps,
+    _mm512_sub_ps, _mm_loadu_si128, _mm_mul_ps, _mm_set1_ps, _mm_storeu_ps, _MM_FROUND_NO_EXC,
+    _MM_FROUND_TO_NEAREST_INT,
 };
 
-#[cfg(target_arch = "x86_64")]
-use super::attn::load_h8;
 use super::attn::HeadKv;
+#[cfg(target_arch = "x86_64")]
+use super::attn::{score_one_by_one, values_by_8};
 #[cfg(target_arch = "x86_64")]
 use super::dot_avx2::hsum;
 
@@ -207,20 +207,7 @@ pub(super) unsafe fn attend<const G: usize>(
         }
         i += 4;
     }
-    while i < n {
-        let kp = k.as_ptr().add(i * stride);
-        let mut acc: [__m256; G] = [_mm256_setzero_ps(); G];
-        for j in (0..hd).step_by(8) {
-            let key = load_h8(kp.add(j));
-            for (h, a) in acc.iter_mut().enumerate() {
-                *a = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(h * hd + j)), key, *a);
-            }
-        }
-        for (h, a) in acc.iter().enumerate() {
-            *sp.add(h * n + i) = hsum(*a) * scale;
-        }
-        i += 1;
-    }
+    score_one_by_one::<G>(q, kv, i, scale, sp);
     for h in 0..G {
         softmax(&mut scores[h * n..(h + 1) * n]);
     }
@@ -258,17 +245,5 @@ pub(super) unsafe fn attend<const G: usize>(
         }
         j += 16;
     }
-    while j < hd {
-        let mut acc = [_mm256_setzero_ps(); G];
-        for i in 0..n {
-            let val = load_h8(v.as_ptr().add(i * stride + j));
-            for (h, a) in acc.iter_mut().enumerate() {
-                *a = _mm256_fmadd_ps(_mm256_set1_ps(*sp.add(h * n + i)), val, *a);
-            }
-        }
-        for (h, a) in acc.iter().enumerate() {
-            _mm256_storeu_ps(op.add(h * hd + j), *a);
-        }
-        j += 8;
-    }
+    values_by_8::<G>(kv, sp, hd, j, op);
 }
