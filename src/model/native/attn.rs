@@ -89,16 +89,11 @@ impl Isa {
     }
 }
 
-/// One head, one query over `kv`. `scores` is scratch (≥ `kv.n` values).
-pub fn attend(q: &[f32], kv: HeadKv<'_>, scale: f32, scores: &mut [f32], out: &mut [f32], isa: Isa) {
-    attend_heads(q, 1, kv, scale, scores, out, isa);
-}
-
 /// Up to [`Isa::max_heads`] query heads that share one KV head (GQA), one query
 /// each over the same `kv`: `q` and `out` hold the heads side by side
 /// (`heads × head_dim`), `scores` is scratch (≥ `heads × kv.n`). Each key
 /// and value is loaded and widened once for all of them; each head's
-/// result is bit-identical to [`attend`] on that head alone (the same
+/// result is bit-identical to a call with that head alone (the same
 /// operations in the same order).
 pub fn attend_heads(
     q: &[f32],
@@ -171,7 +166,7 @@ fn attend_scalar(q: &[f32], kv: HeadKv<'_>, scale: f32, scores: &mut [f32], out:
 
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-pub(super) unsafe fn load_h8(p: *const u16) -> __m256 {
+unsafe fn load_h8(p: *const u16) -> __m256 {
     _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i))
 }
 
@@ -291,7 +286,7 @@ pub(super) unsafe fn values_by_8<const G: usize>(kv: HeadKv<'_>, sp: *const f32,
 /// the maximum, eight at a time, then divided by their sum (one reciprocal).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-pub(super) unsafe fn softmax_avx2(scores: &mut [f32]) {
+unsafe fn softmax_avx2(scores: &mut [f32]) {
     let n = scores.len();
     let max = scores.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
     let n8 = n / 8 * 8;
@@ -367,7 +362,7 @@ mod tests {
         for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512] {
             let mut scores = vec![0f32; n];
             let mut out = vec![0f32; hd];
-            attend(&q, HeadKv { k: &k, v: &v, stride, n }, 0.25, &mut scores, &mut out, isa);
+            attend_heads(&q, 1, HeadKv { k: &k, v: &v, stride, n }, 0.25, &mut scores, &mut out, isa);
             for j in 0..hd {
                 let want: f32 = (0..n).map(|i| (s[i] - m).exp() / z * f16_to_f32(v[i * stride + j])).sum();
                 assert!((out[j] - want).abs() < 1e-5, "{isa:?}, {j}: {} vs {want}", out[j]);
@@ -516,7 +511,7 @@ mod tests {
                     let t = std::time::Instant::now();
                     for _ in 0..50 {
                         for h in 0..heads {
-                            attend(&q[h * hd..(h + 1) * hd], kv, 0.125, &mut scores, &mut out[..hd], isa);
+                            attend_heads(&q[h * hd..(h + 1) * hd], 1, kv, 0.125, &mut scores, &mut out[..hd], isa);
                         }
                     }
                     one = one.min(t.elapsed().as_secs_f64() / 50.0);

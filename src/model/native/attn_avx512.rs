@@ -96,14 +96,14 @@ unsafe fn reduce8(a: [__m512; 4]) -> __m256 {
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn exp16(x: __m512) -> __m512 {
-    use super::ops::{EXP_MAX, EXP_MIN, LN2_HI, LN2_LO, LOG2E};
+    use super::ops::{EXP_MAX, EXP_MIN, EXP_POLY, EXP_POLY_LEAD, LN2_HI, LN2_LO, LOG2E};
     let x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(EXP_MIN)), _mm512_set1_ps(EXP_MAX));
     let n =
         _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(LOG2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_HI), x);
     let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_LO), r);
-    let mut p = _mm512_set1_ps(1.0 / 720.0);
-    for c in [1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0] {
+    let mut p = _mm512_set1_ps(EXP_POLY_LEAD);
+    for c in EXP_POLY {
         p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
     }
     let e = _mm512_slli_epi32(_mm512_cvtps_epi32(n), 23);

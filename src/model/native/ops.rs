@@ -38,15 +38,15 @@ pub fn exp_scalar(x: f32) -> f32 {
     f32::from_bits((p.to_bits() as i32 + ((n as i32) << 23)) as u32)
 }
 
+/// The polynomial of e^r on [-ln2/2, ln2/2]: the leading coefficient, then
+/// the rest in Horner order (the scalar, 8-lane and 16-lane
+/// exponentials all use these, so they give the same bits).
+pub(super) const EXP_POLY_LEAD: f32 = 1.0 / 720.0;
+pub(super) const EXP_POLY: [f32; 6] = [1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0];
+
 #[inline(always)]
 fn poly(r: f32) -> f32 {
-    let mut p = 1.0 / 720.0;
-    p = p * r + 1.0 / 120.0;
-    p = p * r + 1.0 / 24.0;
-    p = p * r + 1.0 / 6.0;
-    p = p * r + 0.5;
-    p = p * r + 1.0;
-    p * r + 1.0
+    EXP_POLY.iter().fold(EXP_POLY_LEAD, |p, &c| p * r + c)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -56,8 +56,8 @@ pub(crate) unsafe fn exp8(x: __m256) -> __m256 {
     let n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(LOG2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_HI), x);
     let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_LO), r);
-    let mut p = _mm256_set1_ps(1.0 / 720.0);
-    for c in [1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0] {
+    let mut p = _mm256_set1_ps(EXP_POLY_LEAD);
+    for c in EXP_POLY {
         p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
     }
     let e = _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23);
