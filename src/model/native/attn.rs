@@ -73,8 +73,8 @@ impl Isa {
             Kernels::Scalar => Isa::Scalar,
             _ if !simd_available() => Isa::Scalar,
             Kernels::Avx2 => Isa::Avx2,
-            Kernels::Simd | Kernels::Avx512V1 if attn_avx512::available() => Isa::Avx512,
-            Kernels::Simd | Kernels::Avx512V1 => Isa::Avx2,
+            Kernels::Simd | Kernels::Avx512V1 | Kernels::Avx512 if attn_avx512::available() => Isa::Avx512,
+            Kernels::Simd | Kernels::Avx512V1 | Kernels::Avx512 => Isa::Avx2,
         }
     }
 

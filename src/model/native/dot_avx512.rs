@@ -1,7 +1,9 @@
 //! AVX-512 (F, BW, VL) and VNNI dot products of one weight row with `N`
 //! activation rows at once (N = 1 while generating, up to 8 while reading a
 //! prompt): the kernel set [`super::matmul::Kernels::Simd`] runs on CPUs that
-//! have these instructions.
+//! have these instructions, except for Q4_0 and Q4_1, which take the block
+//! sums of [`super::bsum`] there (the 32-value kernels here still serve
+//! [`super::matmul::Kernels::Avx512`] and `Avx512V1`, and Q5_0, Q5_1, Q8_0).
 //!
 //! The k-quant types meet Q8_K activations as in [`super::dot_avx2`], on
 //! 64 values per instruction: each super-block's weights are unpacked once
@@ -55,7 +57,7 @@ const PREFETCH: usize = 2048;
 /// Ask for the cache lines of the `len` bytes [`PREFETCH`] bytes past `p`.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn prefetch(p: *const u8, len: usize) {
+pub(super) unsafe fn prefetch(p: *const u8, len: usize) {
     let ahead = p.wrapping_add(PREFETCH);
     let mut off = 0;
     while off < len {

@@ -36,6 +36,25 @@ impl Bytes {
             Bytes::Owned(v) => v,
         }
     }
+
+    /// Let the system drop the mapped pages that lie wholly inside these
+    /// bytes from memory (once a packed copy serves the products): they
+    /// are read from the file again if something reads them later.
+    fn release(&self) {
+        #[cfg(unix)]
+        if let Bytes::Mapped { map, start, len } = self {
+            const PAGE: usize = 4096;
+            let base = map.as_ptr() as usize;
+            let from = (base + start).next_multiple_of(PAGE);
+            let to = (base + start + len) / PAGE * PAGE;
+            if to > from {
+                // SAFETY: the range lies inside the read-only file mapping;
+                // MADV_DONTNEED on it only drops clean pages, which the
+                // next read faults in from the file unchanged.
+                unsafe { libc::madvise(from as *mut libc::c_void, to - from, libc::MADV_DONTNEED) };
+            }
+        }
+    }
 }
 
 /// A weight matrix in its file format.
@@ -46,6 +65,9 @@ pub struct QMatrix {
     pub cols: usize,
     row_bytes: usize,
     data: Bytes,
+    /// Q4_0 and Q4_1: the rows in the packed layout of the block sums
+    /// ([`super::bsum::pack`]), made on first use.
+    packed: std::sync::OnceLock<Vec<u8>>,
 }
 
 impl QMatrix {
@@ -60,7 +82,27 @@ impl QMatrix {
         if have != rows * row_bytes {
             return Err(format!("{rows}×{cols} {} needs {} bytes, found {have}", qtype.name(), rows * row_bytes));
         }
-        Ok(QMatrix { qtype, rows, cols, row_bytes, data })
+        Ok(QMatrix { qtype, rows, cols, row_bytes, data, packed: Default::default() })
+    }
+
+    /// The rows in the packed layout of the block sums, made on the first
+    /// call (see [`Kernels::block_sums`]).
+    ///
+    /// # Panics
+    /// Unless the type has block-sum kernels and the CPU has AVX-512 VNNI.
+    pub fn packed(&self) -> &[u8] {
+        self.packed.get_or_init(|| {
+            assert!(super::bsum::takes(self.qtype) && dot_avx512::available(), "no block sums for this matrix");
+            #[cfg(target_arch = "x86_64")]
+            {
+                // SAFETY: checked just above.
+                let packed = unsafe { super::bsum::pack(self.qtype, self.data.as_slice(), self.rows, self.cols) };
+                self.data.release();
+                packed
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            unreachable!()
+        })
     }
 
     pub fn row(&self, r: usize) -> &[u8] {
@@ -89,6 +131,10 @@ pub enum Kernels {
     /// 64 values' pair sums, so their float sums differ in the last bits.
     /// For reproducing earlier results (`THEMISTO_NATIVE_KERNELS=avx512-v1`).
     Avx512V1,
+    /// `Simd` without the block sums (v3) of Q4_0 and Q4_1 ([`super::bsum`]):
+    /// their products are summed as `Simd` summed them before
+    /// (`THEMISTO_NATIVE_KERNELS=avx512`).
+    Avx512,
     /// Portable code.
     Scalar,
 }
@@ -115,18 +161,27 @@ impl Kernels {
 
     fn set(self) -> Set {
         match self {
-            Kernels::Simd | Kernels::Avx512V1 if dot_avx512::available() => Set::Avx512,
-            Kernels::Simd | Kernels::Avx512V1 | Kernels::Avx2 if dot_avx2::available() => Set::Avx2,
+            Kernels::Simd | Kernels::Avx512V1 | Kernels::Avx512 if dot_avx512::available() => Set::Avx512,
+            Kernels::Simd | Kernels::Avx512V1 | Kernels::Avx512 | Kernels::Avx2 if dot_avx2::available() => Set::Avx2,
             _ => Set::Scalar,
         }
     }
 
+    /// True when Q4_0 and Q4_1 products give the block sums (v3) of
+    /// [`super::bsum`].
+    pub fn block_sums(self) -> bool {
+        self == Kernels::Simd && self.set() == Set::Avx512
+    }
+
     /// The instructions the quantized products use on this CPU, as run
-    /// records show them: "AVX-512 VNNI (k-quant sums v2)" (the sub-block
-    /// order), "AVX-512 VNNI (k-quant sums v1)" ([`Kernels::Avx512V1`]; what
-    /// records before v2 call "AVX-512 VNNI"), "AVX2" or "portable".
+    /// records show them: "AVX-512 VNNI (k-quant sums v2, block sums v3)"
+    /// (the default), "AVX-512 VNNI (k-quant sums v2)" ([`Kernels::Avx512`]:
+    /// the default before the block sums), "AVX-512
+    /// VNNI (k-quant sums v1)" ([`Kernels::Avx512V1`]; what records before v2
+    /// call "AVX-512 VNNI"), "AVX2" or "portable".
     pub fn name(self) -> &'static str {
         match self.set() {
+            Set::Avx512 if self.block_sums() => "AVX-512 VNNI (k-quant sums v2, block sums v3)",
             Set::Avx512 if self == Kernels::Avx512V1 => "AVX-512 VNNI (k-quant sums v1)",
             Set::Avx512 => "AVX-512 VNNI (k-quant sums v2)",
             Set::Avx2 => "AVX2",
@@ -163,13 +218,14 @@ pub fn matmul(jobs: &mut [(&QMatrix, &mut [f32])], x: &[f32], tokens: usize, ker
     // waits for its tasks, this thread may run tasks of another product
     // (rayon steals work), which then finds the buffers empty and allocates.
     let (mut qa, mut ka) = ACTS.with_borrow_mut(std::mem::take);
+    let bsum = kernels.block_sums();
     if q32 {
         qa.quantize_into(x, cols, set != Set::Scalar);
     }
     if qk {
         ka.quantize_into(x, cols, sub, set != Set::Scalar);
     }
-    run_jobs(jobs, x, tokens, q32.then_some(&qa), qk.then_some(&ka), set);
+    run_jobs(jobs, x, tokens, q32.then_some(&qa), qk.then_some(&ka), set, bsum);
     ACTS.set((qa, ka));
 }
 
@@ -186,6 +242,7 @@ fn run_jobs(
     acts: Option<&QActs>,
     kacts: Option<&KActs>,
     set: Set,
+    bsum: bool,
 ) {
     let cols = x.len() / tokens.max(1);
     let total: usize = jobs.iter().map(|(w, _)| w.rows).sum();
@@ -195,6 +252,9 @@ fn run_jobs(
     // ones keep 8, cheaper to schedule.
     let chunk = if tokens >= 2 * TILE {
         total.div_ceil(threads * 32).next_multiple_of(TILE)
+    } else if bsum {
+        // Whole tiles of the block sums' packed rows.
+        total.div_ceil(threads * 8).next_multiple_of(super::bsum::ROWS)
     } else {
         total.div_ceil(threads * 8).max(4)
     };
@@ -213,6 +273,8 @@ fn run_jobs(
         let w = mats[j];
         match (acts, kacts) {
             (_, Some(a)) if w.qtype.is_kquant() => rows_q(w, a, r0..r1, out, set),
+            #[cfg(target_arch = "x86_64")]
+            (Some(a), _) if bsum && super::bsum::takes(w.qtype) => rows_bsum(w, a, r0..r1, out),
             (Some(a), _) if !w.qtype.is_float() => rows_q(w, a, r0..r1, out, set),
             _ => rows_f(w, x, cols, tokens, r0..r1, out, set),
         }
@@ -439,6 +501,84 @@ fn rows_q<A: Acts>(w: &QMatrix, a: &A, rows: std::ops::Range<usize>, out: Out, s
             tile_tokens(w, tile, a, tb..te, out, set, None);
         }
     }
+}
+
+/// [`rows_q`] for the block sums (v3) of Q4_0 and Q4_1 ([`super::bsum`]):
+/// per block of tokens, each tile of 16 packed weight rows meets the tokens
+/// 8, 4, 2 or 1 at a time. `rows` starts at a tile.
+#[cfg(target_arch = "x86_64")]
+fn rows_bsum(w: &QMatrix, a: &QActs, rows: std::ops::Range<usize>, out: Out) {
+    use super::bsum;
+    assert!(rows.start.is_multiple_of(bsum::ROWS), "block-sum rows start at a tile");
+    let packed = w.packed();
+    let tile_bytes = w.cols / QK * bsum::PACKED_BLOCK;
+    let tokens = a.rows();
+    let block = (TOKEN_BLOCK_BYTES / w.cols.max(1)).max(GROUP) / GROUP * GROUP;
+    let amx = super::amx::available();
+    for tb in (0..tokens).step_by(block) {
+        let te = (tb + block).min(tokens);
+        for r0 in rows.clone().step_by(bsum::ROWS) {
+            let n_rows = (rows.end - r0).min(bsum::ROWS);
+            let tile = &packed[r0 / bsum::ROWS * tile_bytes..(r0 / bsum::ROWS + 1) * tile_bytes];
+            let mut t = tb;
+            // Groups of 16 tokens on AMX tiles where the CPU has them (the
+            // same results as the AVX-512 kernel below).
+            if amx && te - t >= super::amx::TOKENS {
+                AMX_TILE.with_borrow_mut(|u| {
+                    // SAFETY: `amx::available()`; the activations hold
+                    // tokens t..t + 16 at `cols` bytes apart, and the output
+                    // has room for them (only this task writes these rows).
+                    unsafe {
+                        super::amx::unpack(tile, u);
+                        while te - t >= super::amx::TOKENS {
+                            let o = out.0.wrapping_add(t * w.rows + r0);
+                            super::amx::dot(w.qtype, tile, u, n_rows, a, t, o, w.rows);
+                            t += super::amx::TOKENS;
+                        }
+                    }
+                });
+            }
+            while t < te {
+                let n = match te - t {
+                    n if n >= 8 => 8,
+                    n if n >= 4 => 4,
+                    n if n >= 2 => 2,
+                    _ => 1,
+                };
+                let o = out.0.wrapping_add(t * w.rows + r0);
+                // SAFETY: the block sums are only chosen where
+                // `dot_avx512::available()`; the output has room for rows
+                // r0..r0 + n_rows of tokens t..t + n, and only this task
+                // writes those rows.
+                unsafe {
+                    match n {
+                        8 => bsum::dot::<8>(w.qtype, tile, n_rows, &acts_from(a, t), o, w.rows),
+                        4 => bsum::dot::<4>(w.qtype, tile, n_rows, &acts_from(a, t), o, w.rows),
+                        2 => bsum::dot::<2>(w.qtype, tile, n_rows, &acts_from(a, t), o, w.rows),
+                        _ => bsum::dot::<1>(w.qtype, tile, n_rows, &acts_from(a, t), o, w.rows),
+                    }
+                }
+                t += n;
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+thread_local! {
+    /// Each thread's weight tile unpacked for AMX (reused, see [`rows_bsum`]).
+    static AMX_TILE: std::cell::RefCell<super::amx::Unpacked> = std::cell::RefCell::default();
+}
+
+/// Activation rows `t0..t0 + N`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn acts_from<const N: usize>(a: &QActs, t0: usize) -> [super::quant::ActRow<'_>; N] {
+    let mut rows = [a.row(t0); N];
+    for (i, r) in rows.iter_mut().enumerate().skip(1) {
+        *r = a.row(t0 + i);
+    }
+    rows
 }
 
 /// Tokens a weight tile meets at once: 8 with AVX-512, and with AVX2 for the

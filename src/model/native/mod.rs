@@ -21,8 +21,10 @@
 //! therefore differ slightly from an all-f32 evaluation of the same weights;
 //! `tests/native_parity.rs` bounds the difference against candle.
 
+pub mod amx;
 pub mod attn;
 pub mod attn_avx512;
+pub mod bsum;
 pub mod config;
 pub mod dot_avx2;
 pub mod dot_avx512;
@@ -48,9 +50,10 @@ use std::path::Path;
 const CHUNK: usize = 512;
 
 /// Environment variable that forces the portable kernels (`scalar`), the
-/// AVX2 products where AVX-512 is present (`avx2`), or the AVX-512 k-quant
-/// products of before the sub-block order (`avx512-v1`, see
-/// [`Kernels::Avx512V1`]).
+/// AVX2 products where AVX-512 is present (`avx2`), the AVX-512 products
+/// without the block sums (`avx512`, see [`Kernels::Avx512`]), or
+/// the AVX-512 k-quant products of before the sub-block order (`avx512-v1`,
+/// see [`Kernels::Avx512V1`]).
 pub const KERNELS_ENV: &str = "THEMISTO_NATIVE_KERNELS";
 
 /// Why the native engine cannot run a file, or `None` when it can.
@@ -95,9 +98,32 @@ impl NativeModel {
             Ok("scalar") => Kernels::Scalar,
             Ok("avx2") => Kernels::Avx2,
             Ok("avx512-v1") => Kernels::Avx512V1,
+            Ok("avx512") => Kernels::Avx512,
             _ => Kernels::detect(),
         };
-        NativeModel { slots: vec![Slot::new(&net.cfg)], net, kernels }
+        let model = NativeModel { slots: vec![Slot::new(&net.cfg)], net, kernels };
+        model.prepare();
+        model
+    }
+
+    /// Pack the matrices the kernels in use want packed (the block sums'
+    /// Q4_0 and Q4_1), in parallel, so that the first products do not.
+    fn prepare(&self) {
+        use rayon::prelude::{IntoParallelIterator, ParallelIterator};
+        if !self.kernels.block_sums() {
+            return;
+        }
+        let w = &self.net.w;
+        let mats: Vec<&matmul::QMatrix> = w
+            .layers
+            .iter()
+            .flat_map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down])
+            .chain([&w.output])
+            .filter(|m| bsum::takes(m.qtype))
+            .collect();
+        mats.into_par_iter().for_each(|m| {
+            m.packed();
+        });
     }
 
     /// The kernels in use.
@@ -109,6 +135,7 @@ impl NativeModel {
     /// [`Kernels::detect`] finds it).
     pub fn set_kernels(&mut self, k: Kernels) {
         self.kernels = if k == Kernels::Simd { Kernels::detect() } else { k };
+        self.prepare();
     }
 
     pub fn config(&self) -> &config::Config {

@@ -12,7 +12,7 @@ use candle_core::{Device, Tensor};
 
 /// Every kernel set (on a CPU without AVX-512 or AVX2, `Simd` and `Avx2`
 /// fall back to what it has, so the list is always safe to run).
-const KERNEL_SETS: [Kernels; 4] = [Kernels::Scalar, Kernels::Avx2, Kernels::Avx512V1, Kernels::Simd];
+const KERNEL_SETS: [Kernels; 5] = [Kernels::Scalar, Kernels::Avx2, Kernels::Avx512V1, Kernels::Avx512, Kernels::Simd];
 
 const TYPES: [(GgmlDType, QType); 10] = [
     (GgmlDType::F32, QType::F32),
@@ -308,6 +308,45 @@ fn each_row_of_a_multi_token_product_equals_the_row_alone() {
                     let same = one.iter().zip(&all[t * 13..(t + 1) * 13]).all(|(a, b)| a.to_bits() == b.to_bits());
                     assert!(same, "{q:?} {kernels:?}: row {t} of {tokens} differs from the row alone");
                 }
+            }
+        }
+    }
+}
+
+/// The block-sum products of Q4_0 and Q4_1 (`bsum`) give
+/// `bsum::reference` bit for bit, for token counts that take every group
+/// size (8, 4, 2, 1) and the interleaved tile, row counts that leave a
+/// partial tile, and one block or many; and each token alone gives the same.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn block_sums_are_exact_bit_for_bit() {
+    if !dot_avx512::available() {
+        eprintln!("no AVX-512 VNNI: block sums not tested");
+        return;
+    }
+    assert!(Kernels::Simd.block_sums());
+    for (dt, q) in [(GgmlDType::Q4_0, QType::Q4_0), (GgmlDType::Q4_1, QType::Q4_1)] {
+        for (rows, cols) in [(37usize, 160usize), (16, 576), (5, 32), (50, 1536)] {
+            let (w, _) = quantized(dt, q, rows, cols, 7);
+            for tokens in [1usize, 2, 3, 7, 16, 17, 31, 40] {
+                let x = values(tokens * cols, 9 + tokens as u64, 1.0);
+                let mut y = vec![0f32; tokens * rows];
+                matmul(&mut [(&w, &mut y[..])], &x, tokens, Kernels::Simd);
+                let a = QActs::quantize(&x, cols);
+                for t in 0..tokens {
+                    for r in 0..rows {
+                        let want = super::bsum::reference(q, w.row(r), a.row(t));
+                        assert_eq!(
+                            y[t * rows + r].to_bits(),
+                            want.to_bits(),
+                            "{q:?} {rows}×{cols}, {tokens} tokens: ({t}, {r})"
+                        );
+                    }
+                }
+                let t = tokens - 1;
+                let mut one = vec![0f32; rows];
+                matmul(&mut [(&w, &mut one[..])], &x[t * cols..], 1, Kernels::Simd);
+                assert_eq!(one, y[t * rows..]);
             }
         }
     }

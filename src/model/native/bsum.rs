@@ -1,0 +1,206 @@
+//! Block sums (v3): the AVX-512 VNNI products of the 32-value 4-bit types,
+//! Q4_0 and Q4_1, sixteen weight rows at a time. The kernel set
+//! [`super::matmul::Kernels::Simd`] uses them on CPUs with AVX-512 VNNI;
+//! every other type keeps its kernels.
+//!
+//! **Numerics.** Each (row, token, block) has its exact integer sum
+//! `C = Σ q_w·q_a` over the block's 32 values, weighted as a float per row
+//! `r` and token `t`, in block order:
+//! `acc = fma(float(C), d_w·d_a, acc)`, `corr = fma(m_w, s_a, corr)`, and
+//! the result is `acc + corr` (`value = d_w·q + m_w`; Q4_0 has
+//! `m_w = −8·d_w`; `s_a = d_a·Σq_a`). [`reference()`] computes exactly this one
+//! value at a time. The AVX-512 kernels before ([`super::dot_avx512`],
+//! `THEMISTO_NATIVE_KERNELS=avx512`) convert partial sums of four values and
+//! add them up as floats, so their results differ in the last bits.
+//!
+//! **Layout.** The sixteen rows go side by side: for each 4 values of a
+//! block, one vector holds the 4 unsigned quants of every row (the matrix is
+//! packed so once, at load: [`pack`], as many bytes as in the file), and
+//! `vpdpbusd` with
+//! the token's 4 activation quants broadcast from memory adds them into
+//! each row's lane. Eight of them give the block's 16 exact sums, and the
+//! float step then runs once per block for sixteen rows. No horizontal sums
+//! are needed, so a token costs 8 `vpdpbusd` and 4 float operations per 16
+//! rows and 32 values. Each token's lanes see the same operations whatever
+//! the number of tokens, so a row of a multi-token product equals the row
+//! alone.
+//!
+//! Every function here requires [`super::dot_avx512::available`].
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+
+use super::quant::{ActRow, QType, QK};
+
+/// Weight rows side by side.
+pub const ROWS: usize = 16;
+
+/// True for the types these kernels take.
+pub fn takes(t: QType) -> bool {
+    matches!(t, QType::Q4_0 | QType::Q4_1)
+}
+
+/// Bytes per block and the offset of the quants in it.
+fn layout(t: QType) -> (usize, usize) {
+    if t == QType::Q4_1 {
+        (20, 4)
+    } else {
+        (18, 2)
+    }
+}
+
+/// Bytes of one block of a tile in the packed layout: the 16 rows' quant
+/// bytes transposed by 4 (four 64-byte vectors: vector `k` holds bytes
+/// `4k..4k + 4` of every row, row `r` at `4r`), then the 16 rows' scales
+/// and the 16 rows' minimums (Q4_1; Q4_0: zero) as halves. As large as the
+/// 16 rows' blocks in the file.
+pub const PACKED_BLOCK: usize = 4 * 64 + 2 * 32;
+
+/// The `rows × cols` Q4_0 or Q4_1 matrix `w` in the packed layout: tiles of
+/// [`ROWS`] rows (the last one padded with zero rows), each tile its blocks
+/// in order ([`PACKED_BLOCK`] bytes each).
+///
+/// # Safety
+/// The CPU must have what [`super::dot_avx512::available`] checks.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub unsafe fn pack(t: QType, w: &[u8], rows: usize, cols: usize) -> Vec<u8> {
+    assert!(takes(t), "{} has no block-sum kernel", t.name());
+    let rb = t.row_bytes(cols);
+    assert!(rows * rb == w.len() && cols.is_multiple_of(QK), "packed matrix");
+    let (bb, qs_off) = layout(t);
+    let nb = cols / QK;
+    let tiles = rows.div_ceil(ROWS);
+    let mut out = vec![0u8; tiles * nb * PACKED_BLOCK];
+    for tile in 0..tiles {
+        let n = (rows - tile * ROWS).min(ROWS);
+        let base = w.as_ptr().add(tile * ROWS * rb);
+        for b in 0..nb {
+            let p = base.add(bb * b);
+            let o = out.as_mut_ptr().add((tile * nb + b) * PACKED_BLOCK);
+            // Row r's 16 quant bytes go to 128-bit lane r / 4 of vector
+            // r % 4, so that the 4 × 4 transposition puts row r in lane r.
+            let ld = |r: usize| {
+                if r < n {
+                    _mm_loadu_si128(p.add(r * rb + qs_off) as *const __m128i)
+                } else {
+                    _mm_setzero_si128()
+                }
+            };
+            let quad = |j: usize| {
+                let lo = _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(ld(j)), ld(4 + j));
+                let hi = _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(ld(8 + j)), ld(12 + j));
+                _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
+            };
+            let z = [quad(0), quad(1), quad(2), quad(3)];
+            let t0 = _mm512_unpacklo_epi32(z[0], z[1]);
+            let t1 = _mm512_unpackhi_epi32(z[0], z[1]);
+            let t2 = _mm512_unpacklo_epi32(z[2], z[3]);
+            let t3 = _mm512_unpackhi_epi32(z[2], z[3]);
+            let dw = [
+                _mm512_unpacklo_epi64(t0, t2),
+                _mm512_unpackhi_epi64(t0, t2),
+                _mm512_unpacklo_epi64(t1, t3),
+                _mm512_unpackhi_epi64(t1, t3),
+            ];
+            for (k, v) in dw.iter().enumerate() {
+                _mm512_storeu_si512(o.add(64 * k) as *mut __m512i, *v);
+            }
+            for r in 0..n {
+                let h = p.add(r * rb);
+                std::ptr::copy_nonoverlapping(h, o.add(256 + 2 * r), 2);
+                if t == QType::Q4_1 {
+                    std::ptr::copy_nonoverlapping(h.add(2), o.add(288 + 2 * r), 2);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// `out[i·stride + r] = Σ w[r]·a[i]` for the `rows` (at most [`ROWS`])
+/// first rows of the packed tile `tile` and the `N` activation rows `a`.
+///
+/// # Safety
+/// The CPU must have what [`super::dot_avx512::available`] checks; `out`
+/// must have room for `(N − 1)·stride + rows` values.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub unsafe fn dot<const N: usize>(
+    t: QType,
+    tile: &[u8],
+    rows: usize,
+    a: &[ActRow<'_>; N],
+    out: *mut f32,
+    stride: usize,
+) {
+    let nb = a[0].d.len();
+    assert!(rows <= ROWS && tile.len() == nb * PACKED_BLOCK && takes(t), "packed tile");
+    for r in a {
+        assert!(r.d.len() == nb && r.s.len() == nb && r.qs.len() == nb * QK, "activation rows");
+    }
+    let low = _mm512_set1_epi8(0x0f);
+    let mut acc = [_mm512_setzero_ps(); N];
+    let mut corr = [_mm512_setzero_ps(); N];
+    for b in 0..nb {
+        let p = tile.as_ptr().add(b * PACKED_BLOCK);
+        // While generating, the weights stream from memory (the tiles of a
+        // task lie one after the other).
+        super::dot_avx512::prefetch(p, PACKED_BLOCK);
+        // Values 4k..4k + 4 of every row (k < 4: low nibbles of the
+        // transposed bytes; k ≥ 4: values 16 + 4(k − 4).., the high ones).
+        let mut q = [low; 8];
+        for k in 0..4 {
+            let x = _mm512_loadu_si512(p.add(64 * k) as *const __m512i);
+            q[k] = _mm512_and_si512(x, low);
+            q[k + 4] = _mm512_and_si512(_mm512_srli_epi16::<4>(x), low);
+        }
+        let d = _mm512_cvtph_ps(_mm256_loadu_si256(p.add(256) as *const __m256i));
+        let m = if t == QType::Q4_1 {
+            _mm512_cvtph_ps(_mm256_loadu_si256(p.add(288) as *const __m256i))
+        } else {
+            _mm512_mul_ps(d, _mm512_set1_ps(-8.0))
+        };
+        for i in 0..N {
+            let r = &a[i];
+            let x = r.qs.as_ptr().add(QK * b) as *const i32;
+            // Four partial sums (exact), so that one token's `vpdpbusd` do
+            // not wait on each other.
+            let bc = |k: usize| _mm512_set1_epi32(std::ptr::read_unaligned(x.add(k)));
+            let mut c = [_mm512_setzero_si512(); 4];
+            for k in 0..8 {
+                c[k % 4] = _mm512_dpbusd_epi32(c[k % 4], q[k], bc(k));
+            }
+            let c = _mm512_add_epi32(_mm512_add_epi32(c[0], c[1]), _mm512_add_epi32(c[2], c[3]));
+            let da = _mm512_set1_ps(*r.d.get_unchecked(b));
+            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(c), _mm512_mul_ps(d, da), acc[i]);
+            corr[i] = _mm512_fmadd_ps(m, _mm512_set1_ps(*r.s.get_unchecked(b)), corr[i]);
+        }
+    }
+    let valid = ((1u32 << rows) - 1) as u16;
+    for i in 0..N {
+        _mm512_mask_storeu_ps(out.add(i * stride), valid, _mm512_add_ps(acc[i], corr[i]));
+    }
+}
+
+/// The block sums (v3) of one weight row and one activation row, computed
+/// one value at a time: what the kernels must give bit for bit.
+pub fn reference(t: QType, w: &[u8], a: ActRow<'_>) -> f32 {
+    use super::quant::f16_to_f32;
+    let (bb, qs_off) = layout(t);
+    let (mut acc, mut corr) = (0f32, 0f32);
+    for b in 0..a.d.len() {
+        let p = &w[bb * b..bb * (b + 1)];
+        let d = f16_to_f32(u16::from_le_bytes([p[0], p[1]]));
+        let m = if t == QType::Q4_1 { f16_to_f32(u16::from_le_bytes([p[2], p[3]])) } else { -8.0 * d };
+        let mut c = 0i32;
+        for i in 0..16 {
+            let byte = p[qs_off + i];
+            c += (byte & 0x0f) as i32 * a.qs[QK * b + i] as i32;
+            c += (byte >> 4) as i32 * a.qs[QK * b + 16 + i] as i32;
+        }
+        acc = (c as f32).mul_add(d * a.d[b], acc);
+        corr = m.mul_add(a.s[b], corr);
+    }
+    acc + corr
+}
