@@ -39,9 +39,10 @@ MODELS=("$@")
 
 log() { echo "== $*" >&2; }
 
-# GGML options for the instructions this CPU lists. Not -march=native: virtual machines
-# can list AMX (amx_tile, amx_int8) without granting its register state, and llama.cpp's
-# AMX kernels then die at their first tile instruction (SIGILL); AMX stays off.
+# GGML options for the instructions this CPU lists. Not -march=native, and AMX stays off:
+# on the AMX machine of 2026-12-02 (which grants the tile state: scripts/amx_probe.c runs
+# tdpbusd there), llama.cpp 0.3.36 built with GGML_AMX_TILE=ON GGML_AMX_INT8=ON died with
+# SIGILL at its first tile instruction (tilezero in ggml_backend_amx_mul_mat, exit 132).
 cpu_options() {
   local flags opts=(-DGGML_NATIVE=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF) pair
   flags=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
