@@ -60,7 +60,7 @@ pub fn available() -> bool {
 /// layout `tdpbssd` takes: per block, 8 runs of 16 rows × 4 bytes.
 #[derive(Debug, Default)]
 pub struct Unpacked {
-    q: Vec<u8>,
+    q: super::aligned::Aligned<u8>,
     blocks: usize,
 }
 
@@ -77,8 +77,7 @@ pub unsafe fn unpack(tile: &[u8], u: &mut Unpacked) {
     assert!(tile.len().is_multiple_of(PACKED_BLOCK), "packed tile");
     let nb = tile.len() / PACKED_BLOCK;
     u.blocks = nb;
-    u.q.clear();
-    u.q.reserve(nb * BLOCK_BYTES);
+    u.q.refill(nb * BLOCK_BYTES);
     let out = u.q.as_mut_ptr();
     let low = _mm512_set1_epi8(0x0f);
     for b in 0..nb {
@@ -90,7 +89,6 @@ pub unsafe fn unpack(tile: &[u8], u: &mut Unpacked) {
             _mm512_storeu_si512(o.add(64 * (k + 4)) as *mut __m512i, _mm512_and_si512(_mm512_srli_epi16::<4>(x), low));
         }
     }
-    u.q.set_len(nb * BLOCK_BYTES);
 }
 
 /// Palette 1: tiles 0..4 the sums (16 tokens × 16 i32), 4 and 5 the
@@ -216,12 +214,7 @@ pub unsafe fn dot(
             for k in 0..len {
                 let b = b0 + k;
                 let p = tile.as_ptr().add(b * PACKED_BLOCK);
-                let d = _mm512_cvtph_ps(_mm256_loadu_si256(p.add(256) as *const __m256i));
-                let m = if t == QType::Q4_1 {
-                    _mm512_cvtph_ps(_mm256_loadu_si256(p.add(288) as *const __m256i))
-                } else {
-                    _mm512_mul_ps(d, _mm512_set1_ps(-8.0))
-                };
+                let (d, m) = super::bsum::scales(t, p);
                 let c = sums.0.as_ptr().add(k * TOKENS * ROWS);
                 for i in 0..8 {
                     let ti = tok(i);

@@ -30,6 +30,7 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
+use super::aligned::Aligned;
 use super::quant::{ActRow, QType, QK};
 
 /// Weight rows side by side.
@@ -64,14 +65,15 @@ pub const PACKED_BLOCK: usize = 4 * 64 + 2 * 32;
 /// The CPU must have what [`super::dot_avx512::available`] checks.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub unsafe fn pack(t: QType, w: &[u8], rows: usize, cols: usize) -> Vec<u8> {
+pub unsafe fn pack(t: QType, w: &[u8], rows: usize, cols: usize) -> Aligned<u8> {
     assert!(takes(t), "{} has no block-sum kernel", t.name());
     let rb = t.row_bytes(cols);
     assert!(rows * rb == w.len() && cols.is_multiple_of(QK), "packed matrix");
     let (bb, qs_off) = layout(t);
     let nb = cols / QK;
     let tiles = rows.div_ceil(ROWS);
-    let mut out = vec![0u8; tiles * nb * PACKED_BLOCK];
+    // On a cache line, as are then all blocks (5 lines each).
+    let mut out = Aligned::<u8>::zeroed(tiles * nb * PACKED_BLOCK);
     for tile in 0..tiles {
         let n = (rows - tile * ROWS).min(ROWS);
         let base = w.as_ptr().add(tile * ROWS * rb);
@@ -118,6 +120,24 @@ pub unsafe fn pack(t: QType, w: &[u8], rows: usize, cols: usize) -> Vec<u8> {
     out
 }
 
+/// The 16 rows' scales `d_w` and minimums `m_w` of the packed block at `p`
+/// (Q4_0: `m_w = −8·d_w`).
+///
+/// # Safety
+/// `p` must point at a whole packed block; the CPU must have AVX-512 F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f")]
+#[inline]
+pub(super) unsafe fn scales(t: QType, p: *const u8) -> (__m512, __m512) {
+    let d = _mm512_cvtph_ps(_mm256_loadu_si256(p.add(256) as *const __m256i));
+    let m = if t == QType::Q4_1 {
+        _mm512_cvtph_ps(_mm256_loadu_si256(p.add(288) as *const __m256i))
+    } else {
+        _mm512_mul_ps(d, _mm512_set1_ps(-8.0))
+    };
+    (d, m)
+}
+
 /// `out[i·stride + r] = Σ w[r]·a[i]` for the `rows` (at most [`ROWS`])
 /// first rows of the packed tile `tile` and the `N` activation rows `a`.
 ///
@@ -155,12 +175,7 @@ pub unsafe fn dot<const N: usize>(
             q[k] = _mm512_and_si512(x, low);
             q[k + 4] = _mm512_and_si512(_mm512_srli_epi16::<4>(x), low);
         }
-        let d = _mm512_cvtph_ps(_mm256_loadu_si256(p.add(256) as *const __m256i));
-        let m = if t == QType::Q4_1 {
-            _mm512_cvtph_ps(_mm256_loadu_si256(p.add(288) as *const __m256i))
-        } else {
-            _mm512_mul_ps(d, _mm512_set1_ps(-8.0))
-        };
+        let (d, m) = scales(t, p);
         for i in 0..N {
             let r = &a[i];
             let x = r.qs.as_ptr().add(QK * b) as *const i32;

@@ -67,7 +67,7 @@ pub struct QMatrix {
     data: Bytes,
     /// Q4_0 and Q4_1: the rows in the packed layout of the block sums
     /// ([`super::bsum::pack`]), made on first use.
-    packed: std::sync::OnceLock<Vec<u8>>,
+    packed: std::sync::OnceLock<super::aligned::Aligned<u8>>,
 }
 
 impl QMatrix {
@@ -570,10 +570,11 @@ thread_local! {
     static AMX_TILE: std::cell::RefCell<super::amx::Unpacked> = std::cell::RefCell::default();
 }
 
-/// Activation rows `t0..t0 + N`.
-#[cfg(target_arch = "x86_64")]
+/// Activation rows `t0..t0 + N`. A plain loop, inlined: through
+/// `array::from_fn` each row came back from a call through memory, and
+/// reading it stalled on store forwarding.
 #[inline(always)]
-fn acts_from<const N: usize>(a: &QActs, t0: usize) -> [super::quant::ActRow<'_>; N] {
+fn acts_from<A: Acts, const N: usize>(a: &A, t0: usize) -> [A::Row<'_>; N] {
     let mut rows = [a.row(t0); N];
     for (i, r) in rows.iter_mut().enumerate().skip(1) {
         *r = a.row(t0 + i);
@@ -661,12 +662,7 @@ fn dot_n<A: Acts, const N: usize>(
             return scatter(&g[..n], w, r0, t0, out);
         }
     }
-    // A plain loop: through `array::from_fn` each row came back from a call
-    // through memory, and reading it stalled on store forwarding.
-    let mut acts: [A::Row<'_>; N] = [a.row(t0); N];
-    for (i, r) in acts.iter_mut().enumerate().skip(1) {
-        *r = a.row(t0 + i);
-    }
+    let acts: [A::Row<'_>; N] = acts_from(a, t0);
     match set {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `Set::Avx512` is only chosen when the CPU has what it

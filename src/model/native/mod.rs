@@ -21,6 +21,7 @@
 //! therefore differ slightly from an all-f32 evaluation of the same weights;
 //! `tests/native_parity.rs` bounds the difference against candle.
 
+pub mod aligned;
 pub mod amx;
 pub mod attn;
 pub mod attn_avx512;

@@ -11,6 +11,7 @@
 //! one scale per super-block of 256 values and the sum of every 16 quants, so
 //! a whole super-block is summed in integers and converted to float once.
 
+use super::aligned::{Aligned, Plain};
 use candle_core::quantized::GgmlDType;
 use rayon::prelude::*;
 
@@ -281,16 +282,16 @@ pub fn kquant_sub(t: QType, b: &[u8], j: usize) -> ([u8; QK], [f32; 2], [f32; 2]
 pub struct QActs {
     /// Values per row.
     pub cols: usize,
-    pub qs: Vec<i8>,
+    pub qs: Aligned<i8>,
     /// Scale per block.
-    pub d: Vec<f32>,
+    pub d: Aligned<f32>,
     /// `d * Σq` per block.
-    pub s: Vec<f32>,
+    pub s: Aligned<f32>,
     /// `d` and `s` again, per group of [`GROUP`] consecutive rows and per
     /// block the group's [`GROUP`] values side by side (one vector load for
     /// the group's kernels); only whole groups, and only for prompts.
-    pub gd: Vec<f32>,
-    pub gs: Vec<f32>,
+    pub gd: Aligned<f32>,
+    pub gs: Aligned<f32>,
 }
 
 /// Rows of a group of activations (see [`QActs::group`]).
@@ -354,9 +355,8 @@ type RowParts<'a> = ((&'a [f32], &'a mut [i8]), (&'a mut [f32], &'a mut [f32]));
 type SuperBlockParts<'a> = (((&'a [f32], &'a mut [i8]), &'a mut f32), (&'a mut [i16], &'a mut [f32]));
 
 /// `v` emptied and refilled with `len` zeros, keeping its allocation.
-fn refill<T: Copy + Default>(v: &mut Vec<T>, len: usize) {
-    v.clear();
-    v.resize(len, T::default());
+fn refill<T: Plain>(v: &mut Aligned<T>, len: usize) {
+    v.refill(len);
 }
 
 /// Rows at which quantizing goes parallel.
@@ -540,19 +540,19 @@ pub(super) unsafe fn round_to_i8_avx2(t: std::arch::x86_64::__m256) -> std::arch
 pub struct KActs {
     /// Values per row.
     pub cols: usize,
-    pub qs: Vec<i8>,
+    pub qs: Aligned<i8>,
     /// Scale per super-block.
-    pub d: Vec<f32>,
+    pub d: Aligned<f32>,
     /// Σq per 16 values.
-    pub bsums: Vec<i16>,
+    pub bsums: Aligned<i16>,
     /// `d·Σq` per 32 values (the AVX-512 Q4_K/Q5_K kernels take the
     /// minimums' term as one float dot product with these).
-    pub dsums: Vec<f32>,
+    pub dsums: Aligned<f32>,
     /// The quants again in [`sub_order`], for the AVX-512 kernels that sum
     /// each sub-block before scaling it; empty unless asked for.
-    pub qsp: Vec<i8>,
+    pub qsp: Aligned<i8>,
     /// With `qsp`: `d·Σq` per 16 values (the Q6_K offset's float term).
-    pub dbsums: Vec<f32>,
+    pub dbsums: Aligned<f32>,
 }
 
 /// One row of [`KActs`].
@@ -634,7 +634,7 @@ impl KActs {
             } else {
                 a.qsp.chunks_exact_mut(QK_K).zip(a.qs.chunks_exact(QK_K)).for_each(reorder);
             }
-            for (g, (ds, &s)) in a.dbsums.iter_mut().zip(&a.bsums).enumerate() {
+            for (g, (ds, &s)) in a.dbsums.iter_mut().zip(a.bsums.iter()).enumerate() {
                 *ds = a.d[g / 16] * s as f32;
             }
         }

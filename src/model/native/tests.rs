@@ -314,9 +314,10 @@ fn each_row_of_a_multi_token_product_equals_the_row_alone() {
 }
 
 /// The block-sum products of Q4_0 and Q4_1 (`bsum`) give
-/// `bsum::reference` bit for bit, for token counts that take every group
-/// size (8, 4, 2, 1) and the interleaved tile, row counts that leave a
-/// partial tile, and one block or many; and each token alone gives the same.
+/// `bsum::reference` bit for bit on the packed tiles, for token counts that
+/// take every group size (16 on AMX tiles where the CPU grants them, then
+/// 8, 4, 2 and 1 with VNNI), row counts that leave a partial tile, and one
+/// block or many; and each token alone gives the same.
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn block_sums_are_exact_bit_for_bit() {
@@ -647,4 +648,27 @@ fn rounding_to_i8_is_exact_for_every_f32() {
         }
     }
     assert_eq!(bad, 0);
+}
+
+/// Whole products of the 1.5B file's shapes (Q4_K, 512 tokens) through
+/// `matmul` on the current thread pool, in G multiply-adds/s: what the
+/// kernels give once the driver's blocking, unpacking and quantization are
+/// paid. `cargo test --release --lib matmul_throughput -- --ignored
+/// --nocapture` (RAYON_NUM_THREADS picks the threads).
+#[test]
+#[ignore]
+fn matmul_throughput() {
+    let tokens = 512;
+    for (rows, cols) in [(1536usize, 1536usize), (8960, 1536), (1536, 8960)] {
+        let (w, _) = quantized(GgmlDType::Q4K, QType::Q4K, rows, cols, 1);
+        let x = values(tokens * cols, 3, 1.0);
+        let mut y = vec![0f32; tokens * rows];
+        let mut best = 0f64;
+        for _ in 0..5 {
+            let t0 = std::time::Instant::now();
+            matmul(&mut [(&w, &mut y[..])], &x, tokens, Kernels::Simd);
+            best = best.max((rows * cols * tokens) as f64 / t0.elapsed().as_secs_f64() / 1e9);
+        }
+        eprintln!("{rows}×{cols} Q4_K, {tokens} tokens: {best:.1} G multiply-adds/s (best of 5)");
+    }
 }
