@@ -50,6 +50,9 @@ pub struct HeadKv<'a> {
     pub v: &'a [u16],
     pub stride: usize,
     pub n: usize,
+    /// The positions are read once (one query token, as while generating):
+    /// the AVX-512 kernel then fetches them ahead from memory. Speed only.
+    pub stream: bool,
 }
 
 /// Which attention kernel runs. The SIMD kernels give the same bits as
@@ -104,7 +107,7 @@ pub fn attend_heads(
     out: &mut [f32],
     isa: Isa,
 ) {
-    let HeadKv { k, v, stride, n } = kv;
+    let HeadKv { k, v, stride, n, .. } = kv;
     assert!((1..=isa.max_heads()).contains(&heads) && q.len().is_multiple_of(heads) && out.len() == q.len());
     let hd = q.len() / heads;
     assert!(n > 0 && hd <= stride && scores.len() >= heads * n);
@@ -143,7 +146,7 @@ pub fn attend_heads(
 }
 
 fn attend_scalar(q: &[f32], kv: HeadKv<'_>, scale: f32, scores: &mut [f32], out: &mut [f32]) {
-    let HeadKv { k, v, stride, n } = kv;
+    let HeadKv { k, v, stride, n, .. } = kv;
     let hd = q.len();
     for (i, s) in scores[..n].iter_mut().enumerate() {
         let key = &k[i * stride..i * stride + hd];
@@ -177,7 +180,7 @@ unsafe fn load_h8(p: *const u16) -> __m256 {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn attend_avx2<const G: usize>(q: &[f32], kv: HeadKv<'_>, scale: f32, scores: &mut [f32], out: &mut [f32]) {
-    let HeadKv { k, v, stride, n } = kv;
+    let HeadKv { k, v, stride, n, .. } = kv;
     let hd = q.len() / G;
     let qp = q.as_ptr();
     let sp = scores.as_mut_ptr();
@@ -362,7 +365,7 @@ mod tests {
         for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512] {
             let mut scores = vec![0f32; n];
             let mut out = vec![0f32; hd];
-            attend_heads(&q, 1, HeadKv { k: &k, v: &v, stride, n }, 0.25, &mut scores, &mut out, isa);
+            attend_heads(&q, 1, HeadKv { k: &k, v: &v, stride, n, stream: false }, 0.25, &mut scores, &mut out, isa);
             for j in 0..hd {
                 let want: f32 = (0..n).map(|i| (s[i] - m).exp() / z * f16_to_f32(v[i * stride + j])).sum();
                 assert!((out[j] - want).abs() < 1e-5, "{isa:?}, {j}: {} vs {want}", out[j]);
@@ -376,7 +379,7 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn one_head_avx2(q: &[f32], kv: HeadKv<'_>, scale: f32, scores: &mut [f32], out: &mut [f32]) {
-        let HeadKv { k, v, stride, n } = kv;
+        let HeadKv { k, v, stride, n, .. } = kv;
         let hd = q.len();
         let mut i = 0;
         while i + 4 <= n {
@@ -454,7 +457,8 @@ mod tests {
             for n in (1..=13).chain([31, 64, 97]) {
                 let k = halves(&noise(n * stride, 1 + n as u64, 2.0));
                 let v = halves(&noise(n * stride, 100 + n as u64, 3.0));
-                let kv = HeadKv { k: &k[hd..], v: &v[hd..], stride, n };
+                // Fetching ahead (generation) or not changes no bit.
+                let kv = HeadKv { k: &k[hd..], v: &v[hd..], stride, n, stream: n % 2 == 1 };
                 for isa in &isas {
                     for heads in 1..=isa.max_heads() {
                         let q = noise(heads * hd, (hd * 1000 + n * 10 + heads) as u64, 1.5);
@@ -490,7 +494,7 @@ mod tests {
         let k = halves(&noise(n * stride, 7, 2.0));
         let v = halves(&noise(n * stride, 8, 2.0));
         let q = noise(heads * hd, 9, 1.0);
-        let kv = HeadKv { k: &k, v: &v, stride, n };
+        let kv = HeadKv { k: &k, v: &v, stride, n, stream: false };
         for round in 0..3 {
             for isa in [Isa::Avx2, Isa::Avx512] {
                 if isa == Isa::Avx512 && !attn_avx512::available() {

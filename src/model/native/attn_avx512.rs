@@ -156,6 +156,27 @@ unsafe fn softmax(scores: &mut [f32]) {
     }
 }
 
+/// Positions ahead of the one in use whose keys or values are fetched into
+/// the cache: a sequence's cache is read once per generated token, from
+/// memory (megabytes a layer at long contexts).
+const AHEAD: usize = 32;
+
+/// Fetch the `hd` half floats of rows `i0..i0 + rows` (below `n`) of a
+/// cache with rows `stride` apart; no effect on any value.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn prefetch_rows(base: *const u16, i0: usize, rows: usize, stride: usize, hd: usize, n: usize) {
+    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+    for i in i0..(i0 + rows).min(n) {
+        let p = base.wrapping_add(i * stride) as *const i8;
+        let mut b = 0;
+        while b < 2 * hd {
+            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(b));
+            b += 64;
+        }
+    }
+}
+
 /// `G` heads (side by side in `q` and `out`) over one KV head; the
 /// caller checked the bounds and that `available()`, and the head width
 /// is a multiple of 8.
@@ -168,13 +189,16 @@ pub(super) unsafe fn attend<const G: usize>(
     scores: &mut [f32],
     out: &mut [f32],
 ) {
-    let HeadKv { k, v, stride, n } = kv;
+    let HeadKv { k, v, stride, n, stream } = kv;
     let hd = q.len() / G;
     let qp = q.as_ptr();
     let sp = scores.as_mut_ptr();
     let mut i = 0;
     while i + 8 <= n {
         let kp = [0, 1, 2, 3, 4, 5, 6, 7].map(|c| k.as_ptr().add((i + c) * stride));
+        if stream {
+            prefetch_rows(k.as_ptr(), i + AHEAD, 8, stride, hd, n);
+        }
         let mut acc = [[_mm512_setzero_ps(); 4]; G];
         for j in (0..hd).step_by(8) {
             let keys = [0, 1, 2, 3].map(|c| load_pair(kp[2 * c].add(j), kp[2 * c + 1].add(j)));
@@ -216,6 +240,9 @@ pub(super) unsafe fn attend<const G: usize>(
     while j + 64 <= hd {
         let mut acc = [[_mm512_setzero_ps(); 4]; G];
         for i in 0..n {
+            if stream && j == 0 && i.is_multiple_of(8) {
+                prefetch_rows(v.as_ptr(), i + AHEAD, 8, stride, hd, n);
+            }
             let val = v.as_ptr().add(i * stride + j);
             let vals = [0, 1, 2, 3].map(|c| _mm512_cvtph_ps(_mm256_loadu_si256(val.add(16 * c) as *const _)));
             for (h, a) in acc.iter_mut().enumerate() {

@@ -125,13 +125,15 @@ impl KvCache {
         // head, in calls of at most `isa.max_heads()` heads (as even as possible).
         let per_task = if per_head { 1 } else { group };
         let calls = per_task.div_ceil(isa.max_heads());
+        // One query token: each position is read once, from memory.
+        let stream = q.len() == heads * head_dim;
         let one = |idx: usize, o: &mut [f32], scores: &mut Vec<f32>| {
             let h0 = idx * per_task;
             let (t, h) = (h0 / heads, h0 % heads);
             let n = pos + t + 1;
             let g = h / group;
             let off = g * head_dim;
-            let kv = attn::HeadKv { k: &keys[off..], v: &vals[off..], stride: self.kv_dim, n };
+            let kv = attn::HeadKv { k: &keys[off..], v: &vals[off..], stride: self.kv_dim, n, stream };
             let mut done = 0;
             for c in 0..calls {
                 let hs = per_task / calls + usize::from(c < per_task % calls);
