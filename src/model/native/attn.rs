@@ -145,6 +145,45 @@ pub fn attend_heads(
     }
 }
 
+/// Whether [`attend_pair`] serves `heads` heads a token of width `hd`
+/// with `isa`: AVX-512, two tokens' heads within one call's registers, and
+/// head widths a multiple of 64.
+pub fn pairs_fit(heads: usize, hd: usize, isa: Isa) -> bool {
+    isa == Isa::Avx512 && 2 * heads <= isa.max_heads() && hd.is_multiple_of(64) && {
+        #[cfg(target_arch = "x86_64")]
+        {
+            attn_avx512::available()
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    }
+}
+
+/// Two consecutive prompt tokens' `heads` heads of one KV group at once:
+/// `q` and `out` hold the first token's heads then the second's; the first
+/// sees positions `0..kv.n`, the second one more. Each head gets the bits
+/// [`attend_heads`] gives it alone (see `attn_avx512::attend_pair`); only
+/// where [`pairs_fit`]. `scores` needs `2·heads·(kv.n + 1)` values.
+pub fn attend_pair(q: &[f32], heads: usize, kv: HeadKv<'_>, scale: f32, scores: &mut [f32], out: &mut [f32], isa: Isa) {
+    let HeadKv { k, v, stride, n, .. } = kv;
+    let hd = q.len() / (2 * heads);
+    assert!(pairs_fit(heads, hd, isa) && q.len() == 2 * heads * hd && out.len() == q.len());
+    assert!(hd <= stride && scores.len() >= 2 * heads * (n + 1));
+    assert!(k.len() >= n * stride + hd && v.len() >= n * stride + hd);
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `pairs_fit` checked AVX-512 F/DQ (with AVX2, FMA, F16C); the
+    // bounds are checked above.
+    unsafe {
+        match heads {
+            1 => attn_avx512::attend_pair::<2>(q, kv, scale, scores, out),
+            2 => attn_avx512::attend_pair::<4>(q, kv, scale, scores, out),
+            _ => attn_avx512::attend_pair::<6>(q, kv, scale, scores, out),
+        }
+    }
+}
+
 fn attend_scalar(q: &[f32], kv: HeadKv<'_>, scale: f32, scores: &mut [f32], out: &mut [f32]) {
     let HeadKv { k, v, stride, n, .. } = kv;
     let hd = q.len();
@@ -204,7 +243,7 @@ unsafe fn attend_avx2<const G: usize>(q: &[f32], kv: HeadKv<'_>, scale: f32, sco
         }
         i += 4;
     }
-    score_one_by_one::<G>(q, kv, i, scale, sp);
+    score_one_by_one::<G>(q, kv, i, scale, sp, kv.n);
     for h in 0..G {
         softmax_avx2(&mut scores[h * n..(h + 1) * n]);
     }
@@ -245,6 +284,7 @@ pub(super) unsafe fn score_one_by_one<const G: usize>(
     from: usize,
     scale: f32,
     sp: *mut f32,
+    ns: usize,
 ) {
     let HeadKv { k, stride, n, .. } = kv;
     let hd = q.len() / G;
@@ -259,7 +299,7 @@ pub(super) unsafe fn score_one_by_one<const G: usize>(
             }
         }
         for (h, a) in acc.iter().enumerate() {
-            *sp.add(h * n + i) = hsum(*a) * scale;
+            *sp.add(h * ns + i) = hsum(*a) * scale;
         }
     }
 }
@@ -442,6 +482,45 @@ mod tests {
                 ((x >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * amp
             })
             .collect()
+    }
+
+    /// Two prompt tokens served together (`attend_pair`) give each head the
+    /// bits of `attend_heads` for that token alone, for every number of
+    /// positions around the kernel's groups of 8 and 4.
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn token_pairs_give_each_token_alone_bits() {
+        if !attn_avx512::available() {
+            eprintln!("no AVX-512: token pairs not tested");
+            return;
+        }
+        for hd in [64, 128] {
+            let stride = hd * 3 + 64;
+            for n in (1..=41).chain([63, 64, 65, 97, 130]) {
+                let k = halves(&noise((n + 1) * stride, 7 + n as u64, 2.0));
+                let v = halves(&noise((n + 1) * stride, 300 + n as u64, 3.0));
+                for heads in 1..=3 {
+                    assert!(pairs_fit(heads, hd, Isa::Avx512));
+                    let q = noise(2 * heads * hd, (hd * 1000 + n * 10 + heads) as u64, 1.5);
+                    let kv = HeadKv { k: &k[hd..], v: &v[hd..], stride, n, stream: false };
+                    let mut scores = vec![0f32; 2 * heads * (n + 1)];
+                    let mut got = vec![0f32; 2 * heads * hd];
+                    attend_pair(&q, heads, kv, 0.125, &mut scores, &mut got, Isa::Avx512);
+                    for (t, nt) in [(0, n), (1, n + 1)] {
+                        let kv = HeadKv { n: nt, ..kv };
+                        let mut s1 = vec![0f32; heads * nt];
+                        let mut want = vec![0f32; heads * hd];
+                        let qt = &q[t * heads * hd..(t + 1) * heads * hd];
+                        attend_heads(qt, heads, kv, 0.125, &mut s1, &mut want, Isa::Avx512);
+                        let g = &got[t * heads * hd..(t + 1) * heads * hd];
+                        assert!(
+                            g.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()),
+                            "head dim {hd}, {n} positions, {heads} heads, token {t}"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[test]

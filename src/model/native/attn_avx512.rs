@@ -177,24 +177,27 @@ unsafe fn prefetch_rows(base: *const u16, i0: usize, rows: usize, stride: usize,
     }
 }
 
-/// `G` heads (side by side in `q` and `out`) over one KV head; the
-/// caller checked the bounds and that `available()`, and the head width
-/// is a multiple of 8.
+/// Scores of positions `i0..` in groups of 8 while a whole group fits
+/// below `end`, for `G` query rows side by side in `q` (score of row `h`
+/// and position `i` at `sp[h·ns + i]`); returns where it stopped. A
+/// position's score is the same whichever group computes it.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512dq,avx2,fma,f16c")]
-pub(super) unsafe fn attend<const G: usize>(
+#[allow(clippy::too_many_arguments)]
+unsafe fn scores_by_8<const G: usize>(
     q: &[f32],
     kv: HeadKv<'_>,
+    i0: usize,
+    end: usize,
     scale: f32,
-    scores: &mut [f32],
-    out: &mut [f32],
-) {
-    let HeadKv { k, v, stride, n, stream } = kv;
+    sp: *mut f32,
+    ns: usize,
+) -> usize {
+    let HeadKv { k, stride, n, stream, .. } = kv;
     let hd = q.len() / G;
     let qp = q.as_ptr();
-    let sp = scores.as_mut_ptr();
-    let mut i = 0;
-    while i + 8 <= n {
+    let mut i = i0;
+    while i + 8 <= end {
         let kp = [0, 1, 2, 3, 4, 5, 6, 7].map(|c| k.as_ptr().add((i + c) * stride));
         if stream {
             prefetch_rows(k.as_ptr(), i + AHEAD, 8, stride, hd, n);
@@ -210,10 +213,25 @@ pub(super) unsafe fn attend<const G: usize>(
             }
         }
         for (h, a) in acc.iter().enumerate() {
-            _mm256_storeu_ps(sp.add(h * n + i), _mm256_mul_ps(reduce8(*a), _mm256_set1_ps(scale)));
+            _mm256_storeu_ps(sp.add(h * ns + i), _mm256_mul_ps(reduce8(*a), _mm256_set1_ps(scale)));
         }
         i += 8;
     }
+    i
+}
+
+/// Scores of positions `from..kv.n` of `G` query rows as the kernel gives
+/// them for `kv.n` positions: groups of 8 while they fit, then one of 4,
+/// then one by one (the one-by-one sums add the lanes in another order,
+/// so which positions take that path depends on `kv.n`, never on how many
+/// rows are served). Row stride `ns`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512dq,avx2,fma,f16c")]
+unsafe fn scores_from<const G: usize>(q: &[f32], kv: HeadKv<'_>, from: usize, scale: f32, sp: *mut f32, ns: usize) {
+    let HeadKv { k, stride, n, .. } = kv;
+    let hd = q.len() / G;
+    let qp = q.as_ptr();
+    let mut i = scores_by_8::<G>(q, kv, from, n, scale, sp, ns);
     while i + 4 <= n {
         let kp = [0, 1, 2, 3].map(|c| k.as_ptr().add((i + c) * stride));
         let mut acc = [[_mm512_setzero_ps(); 2]; G];
@@ -227,11 +245,106 @@ pub(super) unsafe fn attend<const G: usize>(
             }
         }
         for (h, a) in acc.iter().enumerate() {
-            _mm_storeu_ps(sp.add(h * n + i), _mm_mul_ps(reduce4(a[0], a[1]), _mm_set1_ps(scale)));
+            _mm_storeu_ps(sp.add(h * ns + i), _mm_mul_ps(reduce4(a[0], a[1]), _mm_set1_ps(scale)));
         }
         i += 4;
     }
-    score_one_by_one::<G>(q, kv, i, scale, sp);
+    score_one_by_one::<G>(q, kv, i, scale, sp, ns);
+}
+
+/// Two prompt tokens' query rows over one KV head, each key and value
+/// widened once for both: `q` holds `R` rows, the first `R / 2` those of a
+/// token that sees positions `0..kv.n`, the others those of the next token,
+/// which sees one more (`kv.n`, which must be in the cache). `scores` has
+/// `R` rows of `kv.n + 1`. Each row gets exactly what [`attend`] gives it
+/// alone for its own number of positions: the positions both see in
+/// groups of 8 are scored together, the rest as `attend` would for each
+/// token, the softmax is per row, and each row's weighted values are the
+/// same multiply-adds in the same position order (the later token's last
+/// one after the shared ones). The head width must be a multiple of 64.
+///
+/// # Safety
+/// AVX-512 F/DQ, AVX2, FMA and F16C; the caller checked the bounds.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512dq,avx2,fma,f16c")]
+pub(super) unsafe fn attend_pair<const R: usize>(
+    q: &[f32],
+    kv: HeadKv<'_>,
+    scale: f32,
+    scores: &mut [f32],
+    out: &mut [f32],
+) {
+    let g = R / 2;
+    let hd = q.len() / R;
+    let (n0, ns) = (kv.n, kv.n + 1);
+    assert!(hd.is_multiple_of(64) && scores.len() >= R * ns && out.len() == R * hd && g * 2 == R);
+    let (stride, v) = (kv.stride, kv.v);
+    let sp = scores.as_mut_ptr();
+    let shared = scores_by_8::<R>(q, kv, 0, n0 / 8 * 8, scale, sp, ns);
+    let later = HeadKv { n: ns, ..kv };
+    match g {
+        1 => {
+            scores_from::<1>(&q[..hd], kv, shared, scale, sp, ns);
+            scores_from::<1>(&q[hd..], later, shared, scale, sp.add(ns), ns);
+        }
+        2 => {
+            scores_from::<2>(&q[..2 * hd], kv, shared, scale, sp, ns);
+            scores_from::<2>(&q[2 * hd..], later, shared, scale, sp.add(2 * ns), ns);
+        }
+        _ => {
+            scores_from::<3>(&q[..3 * hd], kv, shared, scale, sp, ns);
+            scores_from::<3>(&q[3 * hd..], later, shared, scale, sp.add(3 * ns), ns);
+        }
+    }
+    for h in 0..R {
+        let n = if h < g { n0 } else { ns };
+        softmax(&mut scores[h * ns..h * ns + n]);
+    }
+    let op = out.as_mut_ptr();
+    for j in (0..hd).step_by(64) {
+        let mut acc = [[_mm512_setzero_ps(); 4]; R];
+        for i in 0..n0 {
+            let val = v.as_ptr().add(i * stride + j);
+            let vals = [0, 1, 2, 3].map(|c| _mm512_cvtph_ps(_mm256_loadu_si256(val.add(16 * c) as *const _)));
+            for (h, a) in acc.iter_mut().enumerate() {
+                let p = _mm512_set1_ps(*sp.add(h * ns + i));
+                for c in 0..4 {
+                    a[c] = _mm512_fmadd_ps(p, vals[c], a[c]);
+                }
+            }
+        }
+        let val = v.as_ptr().add(n0 * stride + j);
+        let vals = [0, 1, 2, 3].map(|c| _mm512_cvtph_ps(_mm256_loadu_si256(val.add(16 * c) as *const _)));
+        for (h, a) in acc.iter_mut().enumerate().skip(g) {
+            let p = _mm512_set1_ps(*sp.add(h * ns + n0));
+            for c in 0..4 {
+                a[c] = _mm512_fmadd_ps(p, vals[c], a[c]);
+            }
+        }
+        for (h, a) in acc.iter().enumerate() {
+            for (c, a) in a.iter().enumerate() {
+                _mm512_storeu_ps(op.add(h * hd + j + 16 * c), *a);
+            }
+        }
+    }
+}
+
+/// `G` heads (side by side in `q` and `out`) over one KV head; the
+/// caller checked the bounds and that `available()`, and the head width
+/// is a multiple of 8.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512dq,avx2,fma,f16c")]
+pub(super) unsafe fn attend<const G: usize>(
+    q: &[f32],
+    kv: HeadKv<'_>,
+    scale: f32,
+    scores: &mut [f32],
+    out: &mut [f32],
+) {
+    let HeadKv { v, stride, n, stream, .. } = kv;
+    let hd = q.len() / G;
+    let sp = scores.as_mut_ptr();
+    scores_from::<G>(q, kv, 0, scale, sp, n);
     for h in 0..G {
         softmax(&mut scores[h * n..(h + 1) * n]);
     }

@@ -149,6 +149,49 @@ impl KvCache {
         let width = per_task * head_dim;
         let tasks = out.len() / width;
         let work = tasks * per_task * (pos + tasks * per_task / heads) * head_dim;
+        let qd = heads * head_dim;
+        if !per_head && q.len() >= 2 * qd && attn::pairs_fit(group, head_dim, isa) {
+            // Prompts where two tokens' heads of a KV group fit one call:
+            // tokens in pairs, each key and value widened once for both
+            // (the same bits as one token at a time, see `attn::attend_pair`).
+            let pair = |pi: usize, o: &mut [f32], bufs: &mut (Vec<f32>, Vec<f32>, Vec<f32>)| {
+                let t = 2 * pi;
+                let (scores, qb, ob) = bufs;
+                if o.len() < 2 * qd {
+                    // A last token alone.
+                    for (g, o) in o.chunks_mut(width).enumerate() {
+                        one(t * kv_heads + g, o, scores);
+                    }
+                    return;
+                }
+                let n = pos + t + 1;
+                let gw = group * head_dim;
+                scores.resize(scores.len().max(2 * group * (n + 1)), 0.0);
+                ob.resize(2 * gw, 0.0);
+                for g in 0..kv_heads {
+                    let off = g * head_dim;
+                    let kv = attn::HeadKv { k: &keys[off..], v: &vals[off..], stride: self.kv_dim, n, stream: false };
+                    qb.clear();
+                    qb.extend_from_slice(&q[t * qd + g * gw..t * qd + (g + 1) * gw]);
+                    qb.extend_from_slice(&q[(t + 1) * qd + g * gw..(t + 1) * qd + (g + 1) * gw]);
+                    attn::attend_pair(qb, group, kv, scale, scores, ob, isa);
+                    o[g * gw..(g + 1) * gw].copy_from_slice(&ob[..gw]);
+                    o[qd + g * gw..qd + (g + 1) * gw].copy_from_slice(&ob[gw..]);
+                }
+            };
+            if work < 1 << 15 || rayon::current_num_threads() == 1 {
+                let mut bufs = Default::default();
+                for (pi, o) in out.chunks_mut(2 * qd).enumerate() {
+                    pair(pi, o, &mut bufs);
+                }
+            } else {
+                out.par_chunks_mut(2 * qd)
+                    .enumerate()
+                    .with_max_len(1)
+                    .for_each_init(Default::default, |bufs, (pi, o)| pair(pi, o, bufs));
+            }
+            return;
+        }
         if work < 1 << 15 || rayon::current_num_threads() == 1 {
             let mut scores = Vec::new();
             for (idx, o) in out.chunks_mut(width).enumerate() {
