@@ -252,6 +252,39 @@ unsafe fn scores_from<const G: usize>(q: &[f32], kv: HeadKv<'_>, from: usize, sc
     score_one_by_one::<G>(q, kv, i, scale, sp, ns);
 }
 
+/// Position `i`'s 64 values at `val` (half floats), widened once, times
+/// each row's probability (`sp[h·ns + i]`) into the rows' accumulators,
+/// rows `from..` only.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn add_values<const R: usize>(
+    acc: &mut [[__m512; 4]; R],
+    val: *const u16,
+    sp: *const f32,
+    ns: usize,
+    i: usize,
+    from: usize,
+) {
+    let vals = [0, 1, 2, 3].map(|c| _mm512_cvtph_ps(_mm256_loadu_si256(val.add(16 * c) as *const _)));
+    for (h, a) in acc.iter_mut().enumerate().skip(from) {
+        let p = _mm512_set1_ps(*sp.add(h * ns + i));
+        for c in 0..4 {
+            a[c] = _mm512_fmadd_ps(p, vals[c], a[c]);
+        }
+    }
+}
+
+/// The rows' 64 output values from `j` (row `h` at `op[h·hd + j..]`).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn store_values<const R: usize>(acc: &[[__m512; 4]; R], op: *mut f32, hd: usize, j: usize) {
+    for (h, a) in acc.iter().enumerate() {
+        for (c, a) in a.iter().enumerate() {
+            _mm512_storeu_ps(op.add(h * hd + j + 16 * c), *a);
+        }
+    }
+}
+
 /// Two prompt tokens' query rows over one KV head, each key and value
 /// widened once for both: `q` holds `R` rows, the first `R / 2` those of a
 /// token that sees positions `0..kv.n`, the others those of the next token,
@@ -304,28 +337,11 @@ pub(super) unsafe fn attend_pair<const R: usize>(
     for j in (0..hd).step_by(64) {
         let mut acc = [[_mm512_setzero_ps(); 4]; R];
         for i in 0..n0 {
-            let val = v.as_ptr().add(i * stride + j);
-            let vals = [0, 1, 2, 3].map(|c| _mm512_cvtph_ps(_mm256_loadu_si256(val.add(16 * c) as *const _)));
-            for (h, a) in acc.iter_mut().enumerate() {
-                let p = _mm512_set1_ps(*sp.add(h * ns + i));
-                for c in 0..4 {
-                    a[c] = _mm512_fmadd_ps(p, vals[c], a[c]);
-                }
-            }
+            add_values(&mut acc, v.as_ptr().add(i * stride + j), sp, ns, i, 0);
         }
-        let val = v.as_ptr().add(n0 * stride + j);
-        let vals = [0, 1, 2, 3].map(|c| _mm512_cvtph_ps(_mm256_loadu_si256(val.add(16 * c) as *const _)));
-        for (h, a) in acc.iter_mut().enumerate().skip(g) {
-            let p = _mm512_set1_ps(*sp.add(h * ns + n0));
-            for c in 0..4 {
-                a[c] = _mm512_fmadd_ps(p, vals[c], a[c]);
-            }
-        }
-        for (h, a) in acc.iter().enumerate() {
-            for (c, a) in a.iter().enumerate() {
-                _mm512_storeu_ps(op.add(h * hd + j + 16 * c), *a);
-            }
-        }
+        // The later token's last position, after the shared ones.
+        add_values(&mut acc, v.as_ptr().add(n0 * stride + j), sp, ns, n0, g);
+        store_values(&acc, op, hd, j);
     }
 }
 
@@ -356,20 +372,9 @@ pub(super) unsafe fn attend<const G: usize>(
             if stream && j == 0 && i.is_multiple_of(8) {
                 prefetch_rows(v.as_ptr(), i + AHEAD, 8, stride, hd, n);
             }
-            let val = v.as_ptr().add(i * stride + j);
-            let vals = [0, 1, 2, 3].map(|c| _mm512_cvtph_ps(_mm256_loadu_si256(val.add(16 * c) as *const _)));
-            for (h, a) in acc.iter_mut().enumerate() {
-                let p = _mm512_set1_ps(*sp.add(h * n + i));
-                for c in 0..4 {
-                    a[c] = _mm512_fmadd_ps(p, vals[c], a[c]);
-                }
-            }
+            add_values(&mut acc, v.as_ptr().add(i * stride + j), sp, n, i, 0);
         }
-        for (h, a) in acc.iter().enumerate() {
-            for (c, a) in a.iter().enumerate() {
-                _mm512_storeu_ps(op.add(h * hd + j + 16 * c), *a);
-            }
-        }
+        store_values(&acc, op, hd, j);
         j += 64;
     }
     while j + 16 <= hd {
