@@ -11,7 +11,7 @@
 //! one scale per super-block of 256 values and the sum of every 16 quants, so
 //! a whole super-block is summed in integers and converted to float once.
 
-use super::aligned::{Aligned, Plain};
+use super::aligned::Aligned;
 use candle_core::quantized::GgmlDType;
 use rayon::prelude::*;
 
@@ -354,11 +354,6 @@ type RowParts<'a> = ((&'a [f32], &'a mut [i8]), (&'a mut [f32], &'a mut [f32]));
 /// One super-block to quantize: values, quants, scale, sums per 16, `d·Σq` per 32.
 type SuperBlockParts<'a> = (((&'a [f32], &'a mut [i8]), &'a mut f32), (&'a mut [i16], &'a mut [f32]));
 
-/// `v` emptied and refilled with `len` zeros, keeping its allocation.
-fn refill<T: Plain>(v: &mut Aligned<T>, len: usize) {
-    v.refill(len);
-}
-
 /// Rows at which quantizing goes parallel.
 const PARALLEL_ROWS: usize = 16;
 
@@ -391,9 +386,9 @@ impl QActs {
         let nb = cols / QK;
         let a = self;
         a.cols = cols;
-        refill(&mut a.qs, x.len());
-        refill(&mut a.d, nblocks);
-        refill(&mut a.s, nblocks);
+        a.qs.refill(x.len());
+        a.d.refill(nblocks);
+        a.s.refill(nblocks);
         let row = |((x, qs), (d, s)): RowParts<'_>| {
             for (b, blk) in x.chunks_exact(QK).enumerate() {
                 let q = &mut qs[QK * b..QK * (b + 1)];
@@ -405,8 +400,8 @@ impl QActs {
         };
         let rows = x.len().checked_div(cols).unwrap_or(0);
         let groups = rows / GROUP;
-        refill(&mut a.gd, groups * nb * GROUP);
-        refill(&mut a.gs, groups * nb * GROUP);
+        a.gd.refill(groups * nb * GROUP);
+        a.gs.refill(groups * nb * GROUP);
         if nb == 0 {
             return;
         }
@@ -597,12 +592,12 @@ impl KActs {
         let nsb = x.len() / QK_K;
         let a = self;
         a.cols = cols;
-        refill(&mut a.qs, x.len());
-        refill(&mut a.d, nsb);
-        refill(&mut a.bsums, x.len() / 16);
-        refill(&mut a.dsums, x.len() / 32);
-        refill(&mut a.qsp, if sub { x.len() } else { 0 });
-        refill(&mut a.dbsums, if sub { x.len() / 16 } else { 0 });
+        a.qs.refill(x.len());
+        a.d.refill(nsb);
+        a.bsums.refill(x.len() / 16);
+        a.dsums.refill(x.len() / 32);
+        a.qsp.refill(if sub { x.len() } else { 0 });
+        a.dbsums.refill(if sub { x.len() / 16 } else { 0 });
         // Per super-block: quants and scale, sums per 16, `d·Σq` per 32.
         let block = |(((x, qs), d), (bsums, dsums)): SuperBlockParts<'_>| {
             *d = quantize_block(x, qs, simd);
