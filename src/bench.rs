@@ -5,7 +5,7 @@
 
 use crate::data::embedded;
 use crate::decode::argmax;
-use crate::model::{LanguageModel, ModelError};
+use crate::model::{Feed, LanguageModel, Logits, ModelError};
 use crate::tokenizer::Tokenizer;
 use serde::Serialize;
 use std::time::Instant;
@@ -93,12 +93,17 @@ pub fn bench(
         for slot in 1..batch {
             model.copy_prefix(0, slot, prompt.len())?;
         }
-        let mut logits = vec![first; batch];
+        let (mut feed, mut logits) = (Feed::new(), Logits::new());
+        for row in logits.reset(batch, first.len()).chunks_exact_mut(first.len()) {
+            row.copy_from_slice(&first);
+        }
         let t = Instant::now();
         for _ in 0..cfg.gen_tokens {
-            let next: Vec<[u32; 1]> = logits.iter().map(|l| [argmax(l)]).collect();
-            let items: Vec<(usize, &[u32])> = next.iter().enumerate().map(|(i, t)| (i, &t[..])).collect();
-            logits = model.forward_slots(&items)?;
+            feed.clear();
+            for (slot, l) in logits.iter().enumerate() {
+                feed.push(slot, &[argmax(l)]);
+            }
+            model.forward_slots(&feed, &mut logits)?;
         }
         res.gen_tokens_per_s.push((batch * cfg.gen_tokens) as f64 / t.elapsed().as_secs_f64());
     }

@@ -97,6 +97,11 @@ pub struct RunConfig {
     /// Predictions do not depend on it, so it is not compared on resume.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub batch: Option<usize>,
+    /// Most draft tokens a decoding step checks (`--lookup`; `None`: the
+    /// default). Predictions do not depend on it, so it is not compared on
+    /// resume.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub lookup: Option<usize>,
     /// This run is one shard of the selection (`--shard I/N`); `themisto
     /// merge` joins the shards into the unsharded run.
     #[serde(skip_serializing_if = "Option::is_none", default)]
@@ -130,13 +135,14 @@ impl RunConfig {
         Ok(())
     }
 
-    /// The settings that decide predictions and scores (threads and batch
-    /// excluded).
+    /// The settings that decide predictions and scores (threads, batch and
+    /// lookup excluded).
     pub fn identity(&self) -> serde_json::Value {
         let mut v = serde_json::to_value(self).expect("config serializes");
         if let Some(o) = v.as_object_mut() {
             o.remove("threads");
             o.remove("batch");
+            o.remove("lookup");
         }
         v
     }

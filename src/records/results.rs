@@ -68,6 +68,12 @@ pub struct Throughput {
     #[serde(default)]
     pub reuse_share: f64,
     pub generated_tokens: u64,
+    /// Draft tokens fed by prompt lookup decoding, and those confirmed (0 in
+    /// files made before it existed).
+    #[serde(default)]
+    pub draft_tokens: u64,
+    #[serde(default)]
+    pub accepted_draft_tokens: u64,
     pub prompt_tokens_per_s: f64,
     pub gen_tokens_per_s: f64,
     pub prefill_s: f64,
@@ -100,6 +106,10 @@ pub struct EnvironmentInfo {
     /// before batching existed).
     #[serde(default = "one")]
     pub batch: usize,
+    /// Most draft tokens a decoding step checked (`--lookup` as resolved; 0:
+    /// none, as in files written before prompt lookup decoding existed).
+    #[serde(default)]
+    pub lookup: usize,
 }
 
 fn one() -> usize {
@@ -119,6 +129,7 @@ impl EnvironmentInfo {
             threads,
             device: device.to_string(),
             batch: 1,
+            lookup: 0,
         }
     }
 }

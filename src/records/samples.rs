@@ -77,6 +77,12 @@ pub struct SampleRecord {
     /// Prompt tokens found in the model's cache from the previous sample.
     #[serde(default)]
     pub reused_prompt_tokens: usize,
+    /// Draft tokens fed by prompt lookup decoding, and how many greedy
+    /// decoding confirmed (0 without it, and in records made before it).
+    #[serde(default)]
+    pub draft_tokens: usize,
+    #[serde(default)]
+    pub accepted_draft_tokens: usize,
     #[serde(default)]
     pub prefill_s: f64,
     #[serde(default)]

@@ -133,6 +133,7 @@ pub fn run_in(session: &mut Session, cfg: &RunConfig, opts: &RunOptions) -> Resu
     let ctx = sample::SampleContext { cfg, dataset, builder: &builder, tokenizer, card_stop: &card.stop };
     let mut speed = Speed::default();
     let batch = batch_size(cfg.batch, model.as_ref(), &info.id);
+    let lookup = if model.exact_rows() { cfg.lookup.unwrap_or(DEFAULT_LOOKUP) } else { 0 };
     let mut emit = |rec: SampleRecord| {
         records::append_sample(&mut samples_file, &rec).map_err(io_err(&samples_path))?;
         speed.add(&rec);
@@ -140,7 +141,7 @@ pub fn run_in(session: &mut Session, cfg: &RunConfig, opts: &RunOptions) -> Resu
         bar.inc(1);
         Ok(())
     };
-    batch::run_batched(&ctx, &todo, model.as_mut(), batch, &mut emit)?;
+    batch::run_batched(&ctx, &todo, model.as_mut(), batch::Batching { batch, lookup }, &mut emit)?;
     bar.finish_and_clear();
     drop(builder);
 
@@ -165,7 +166,7 @@ pub fn run_in(session: &mut Session, cfg: &RunConfig, opts: &RunOptions) -> Resu
         }),
         groups: aggregate::groups(&records, &cfg.metrics, cfg.seed),
         throughput: Some(aggregate::throughput(&records, wall.elapsed().as_secs_f64())),
-        environment: EnvironmentInfo { batch, ..EnvironmentInfo::current(threads, &cfg.device.to_string()) },
+        environment: EnvironmentInfo { batch, lookup, ..EnvironmentInfo::current(threads, &cfg.device.to_string()) },
         metric_signatures: metrics::signatures(&cfg.metrics),
     };
     records::write_results(&opts.out, &results)?;
@@ -174,6 +175,10 @@ pub fn run_in(session: &mut Session, cfg: &RunConfig, opts: &RunOptions) -> Resu
 
 /// Samples decoded together by default where the engine can hold several.
 pub const DEFAULT_BATCH: usize = 4;
+
+/// Most draft tokens a decoding step checks by default, on engines with
+/// [`crate::model::LanguageModel::exact_rows`] (see [`batch`]).
+pub const DEFAULT_LOOKUP: usize = 8;
 
 /// The batch a run uses: `--batch` (or [`DEFAULT_BATCH`]), at most what the
 /// engine holds; asking for more than an engine holds is said once.

@@ -51,6 +51,8 @@ pub fn blank_record(dataset: &Dataset, sample: &Sample) -> SampleRecord {
         answer_kind: None,
         shared_prefix_tokens: 0,
         reused_prompt_tokens: 0,
+        draft_tokens: 0,
+        accepted_draft_tokens: 0,
         prefill_s: 0.0,
         decode_s: 0.0,
     }
@@ -135,6 +137,8 @@ pub fn finish(ctx: &SampleContext<'_>, sample: &Sample, prepared: Prepared, gene
     rec.finish_reason = Some(generation.finish);
     rec.generated_tokens = generation.generated_tokens;
     rec.reused_prompt_tokens = generation.reused_tokens;
+    rec.draft_tokens = generation.draft_tokens;
+    rec.accepted_draft_tokens = generation.accepted_draft_tokens;
     rec.prefill_s = generation.prefill_s;
     rec.decode_s = generation.decode_s;
     rec

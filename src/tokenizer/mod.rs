@@ -1,6 +1,6 @@
 //! The model's own tokenizer: text to token ids and back, plus the special-token facts that
 //! the prompt fitter, the decoder and the result records need (BOS, end-of-turn ids, chat
-//! template, a fingerprint).
+//! template, a fingerprint), and the text of a token sequence as it grows ([`TextStream`]).
 //!
 //! Two sources; the model loader picks one:
 //! - a `tokenizer.json` beside the model ([`Tokenizer::from_file`], loaded in
@@ -18,6 +18,9 @@
 mod build;
 mod gguf_vocab;
 mod json;
+mod stream;
+
+pub use stream::{BytePieces, TextStream};
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -79,6 +82,8 @@ pub struct Tokenizer {
     /// Bytes with no token (byte-level vocabularies only): encoding them is an error
     /// instead of a silent drop.
     missing_bytes: Vec<u8>,
+    /// Every token's bytes, for byte-level decoders ([`TextStream`]).
+    pieces: Option<BytePieces>,
 }
 
 impl Tokenizer {
@@ -98,6 +103,7 @@ impl Tokenizer {
             fingerprint: gguf_fingerprint(&vocab, add_bos),
             description: built.description,
             missing_bytes: built.missing_bytes,
+            pieces: BytePieces::of(&built.tokenizer, vocab.tokens.len()),
             inner: built.tokenizer,
         })
     }
@@ -127,6 +133,7 @@ impl Tokenizer {
                 loaded.special_source
             ),
             missing_bytes: Vec::new(),
+            pieces: BytePieces::of(&inner, vocab_size),
             inner,
         })
     }
@@ -155,6 +162,11 @@ impl Tokenizer {
             return Err(TokenizerError::UnknownId { id, vocab_size: self.vocab_size });
         }
         self.inner.decode(ids, false).map_err(|e| TokenizerError::Decode(e.to_string()))
+    }
+
+    /// Every token's bytes, when the decoder is byte-level (see [`TextStream`]).
+    pub fn byte_pieces(&self) -> Option<&BytePieces> {
+        self.pieces.as_ref()
     }
 
     /// Number of token ids (one more than the largest id).

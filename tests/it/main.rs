@@ -8,9 +8,15 @@
 //! a few others use the default model's tokenizer only (`budget`,
 //! `tokenizer_unit`, `fetch`) or its weights once (`model_loader`).
 
+mod alloc_count;
 mod common;
 mod report_support;
 
+/// Counts allocations on threads a test marks (see [`alloc_count`]).
+#[global_allocator]
+static ALLOCATOR: alloc_count::Counting = alloc_count::Counting;
+
+mod alloc_free;
 mod architecture;
 mod bad_input;
 mod budget;

@@ -15,8 +15,8 @@ use candle_core::{Device, Tensor};
 use themisto::model::engine::{Engine, WeightsPolicy};
 use themisto::model::fetch::ResolvedModel;
 use themisto::model::registry::resolve_spec;
-use themisto::model::LanguageModel;
 use themisto::model::{load as load_model, LoadOptions, LoadedModel};
+use themisto::model::{Feed, LanguageModel, Logits};
 
 const HIDDEN: usize = 256;
 const HEADS: usize = 4;
@@ -43,7 +43,7 @@ impl Rng {
 }
 
 /// Write a two-layer model of architecture `arch` with matrices of type `wt`.
-fn write_model(path: &std::path::Path, arch: &str, wt: GgmlDType) {
+pub fn write_model(path: &std::path::Path, arch: &str, wt: GgmlDType) {
     let tokens = common::tiny_tokens();
     let vocab = tokens.len();
     let mut rng = Rng(0x5eed ^ wt as u64 ^ (arch.len() as u64) << 20);
@@ -236,19 +236,32 @@ fn slots_fed_together_equal_each_fed_alone() {
         }
         // Slot 2 starts from a copy of slot 0's first tokens when it shares them.
         let mut got: Vec<Vec<Vec<f32>>> = vec![Vec::new(); 3];
+        let mut logits = Logits::new();
+        let mut one = |m: &mut dyn LanguageModel, slot: usize, tokens: &[u32]| {
+            m.forward_slots(&Feed::one(slot, tokens), &mut logits).unwrap();
+            assert_eq!(logits.rows(), 1);
+            logits.row(0).to_vec()
+        };
         for (i, p) in prompts.iter().enumerate() {
-            got[i].push(m.forward_slots(&[(i, &p[..])]).unwrap().pop().unwrap());
+            got[i].push(one(m, i, p));
         }
+        let mut feed = Feed::new();
+        let mut shared_logits = Logits::new();
         for step in 0..5usize {
             let feeds: Vec<[u32; 1]> = prompts.iter().map(|p| [p[step % p.len()]]).collect();
             // Slots in a varying order and number: slot 1 skips step 2 and catches up alone.
             let order: Vec<usize> = if step == 2 { vec![2, 0] } else { vec![0, 1, 2] };
-            let items: Vec<(usize, &[u32])> = order.iter().map(|&i| (i, &feeds[i][..])).collect();
-            for (&i, l) in order.iter().zip(m.forward_slots(&items).unwrap()) {
-                got[i].push(l);
+            feed.clear();
+            for &i in &order {
+                feed.push(i, &feeds[i]);
+            }
+            m.forward_slots(&feed, &mut shared_logits).unwrap();
+            assert_eq!(shared_logits.rows(), order.len());
+            for (&i, l) in order.iter().zip(shared_logits.iter()) {
+                got[i].push(l.to_vec());
             }
             if step == 2 {
-                got[1].push(m.forward_slots(&[(1, &feeds[1][..])]).unwrap().pop().unwrap());
+                got[1].push(one(m, 1, &feeds[1]));
             }
         }
         assert_eq!(got, expected, "{arch} {wt:?}");
@@ -256,8 +269,11 @@ fn slots_fed_together_equal_each_fed_alone() {
         let shared = prompts[0].len();
         m.copy_prefix(0, 1, shared).unwrap();
         assert_eq!(m.slot_tokens(1), &prompts[0][..]);
-        let from_copy = m.forward_slots(&[(1, &prompts[0][..1])]).unwrap().pop().unwrap();
+        let from_copy = one(m, 1, &prompts[0][..1]);
         assert_eq!(from_copy, expected[0][1], "{arch} {wt:?}: continuing a copied prefix");
-        assert!(m.forward_slots(&[(0, &[1][..]), (0, &[2][..])]).is_err(), "a slot twice in one pass");
+        feed.clear();
+        feed.push(0, &[1]);
+        feed.push(0, &[2]);
+        assert!(m.forward_slots(&feed, &mut shared_logits).is_err(), "a slot twice in one pass");
     }
 }

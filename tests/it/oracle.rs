@@ -85,6 +85,7 @@ fn config(limit: Option<usize>, context_tokens: usize, max_new_tokens: usize) ->
         dtype: Default::default(),
         threads: Some(1),
         batch: None,
+        lookup: None,
         shard: None,
     }
 }

@@ -6,16 +6,17 @@
 //! causal attention → output projection → residual; RMS norm → gate and up
 //! (fused) → SiLU(gate)·up → down → residual. In the last layer only the last
 //! token goes past the cache write, since only its logits are returned.
-//! Several sequences, each with its own cache, can go through one pass
+//! Several sequences, each with its own cache, go through one pass
 //! ([`Transformer::forward_batch`]): their rows share the products, and each
-//! row is computed exactly as it would be alone.
+//! row is computed exactly as it would be alone. A pass's buffers
+//! ([`Scratch`]) are the caller's, reused from pass to pass.
 
 use super::config::Config;
 use super::kv::{HeadShape, KvCache};
 use super::matmul::{matmul, Kernels, QMatrix};
 use super::ops;
 use crate::model::arch::Arch;
-use rayon::prelude::{IntoParallelIterator, ParallelIterator};
+use crate::model::Feed;
 
 /// One transformer block.
 #[derive(Debug, Clone)]
@@ -45,10 +46,58 @@ pub struct Weights {
     pub output: QMatrix,
 }
 
-/// One sequence of a batched pass: its cache and the tokens fed after it.
-pub struct Segment<'a> {
-    pub cache: &'a mut KvCache,
-    pub tokens: &'a [u32],
+/// The buffers of a pass, kept by the caller and reused from pass to pass:
+/// they grow to the largest pass seen (a prompt chunk) and are never given
+/// back, so that generating a token allocates nothing.
+#[derive(Debug, Default)]
+pub struct Scratch {
+    /// Per segment: (first row, rows, position of the first row).
+    spans: Vec<(usize, usize, usize)>,
+    /// (cos, sin) of every rotary frequency at each row's position.
+    rope: Vec<(f32, f32)>,
+    x: Vec<f32>,
+    xn: Vec<f32>,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    att: Vec<f32>,
+    o: Vec<f32>,
+    g: Vec<f32>,
+    u: Vec<f32>,
+    head: Vec<f32>,
+}
+
+impl Scratch {
+    /// Grow the buffers to a pass of `rows` rows of `entries` entries of
+    /// a model of shape `cfg`.
+    pub fn reserve(&mut self, cfg: &Config, rows: usize, entries: usize) {
+        let (h, qd, kvd) = (cfg.hidden, cfg.q_dim(), cfg.kv_dim());
+        self.spans.reserve(entries);
+        self.rope.reserve(rows * cfg.head_dim / 2);
+        for (buf, width) in [
+            (&mut self.x, h),
+            (&mut self.xn, h),
+            (&mut self.q, qd),
+            (&mut self.k, kvd),
+            (&mut self.v, kvd),
+            (&mut self.att, qd),
+            (&mut self.o, h),
+            (&mut self.g, cfg.ff),
+            (&mut self.u, cfg.ff),
+        ] {
+            room(buf, rows * width);
+        }
+        room(&mut self.head, cfg.head_dim);
+    }
+}
+
+/// The first `n` values of `buf`, grown when it is shorter (values left
+/// from an earlier pass stay until overwritten: every use writes first).
+fn room(buf: &mut Vec<f32>, n: usize) -> &mut [f32] {
+    if buf.len() < n {
+        buf.resize(n, 0.0);
+    }
+    &mut buf[..n]
 }
 
 /// A model ready to run: configuration, weights, rotary frequencies.
@@ -66,123 +115,112 @@ impl Transformer {
         Transformer { cfg, w, inv_freq }
     }
 
-    /// (cos, sin) of every frequency at each of `positions`, row-major.
-    fn rope_table(&self, positions: impl Iterator<Item = usize>) -> Vec<(f32, f32)> {
-        let mut cs = Vec::new();
-        for pos in positions {
-            for f in &self.inv_freq {
-                let a = pos as f64 * f;
-                cs.push((a.cos() as f32, a.sin() as f32));
-            }
-        }
-        cs
-    }
-
-    /// Feed `tokens` after the cached positions; return the last token's
-    /// logits when `want_logits`. The cache must have room (see
-    /// [`KvCache::reserve`]); token ids must be below `vocab_rows`.
-    pub fn forward(
+    /// Feed several sequences in one pass: entry `i` of `feed` puts its
+    /// tokens after the cache `caches[slot]` of its slot (distinct slots,
+    /// none empty; every cache must have room, see [`KvCache::reserve`];
+    /// token ids below `vocab_rows`). The products run over the rows of all
+    /// entries at once (each weight row is read once for all of them);
+    /// everything else is per row, and attention per entry on its own
+    /// cache, so each entry's keys, values and logits are bit-identical to
+    /// feeding it alone, and each token's to feeding it after the others.
+    /// In the last layer only the rows that want logits go on past the
+    /// cache write ([`Feed::rows`]: each entry's last ones); with `logits`,
+    /// theirs go there, rows of `vocab_rows`, the entries in order.
+    /// Allocates nothing once `scratch` has grown to the pass.
+    pub fn forward_batch(
         &self,
-        cache: &mut KvCache,
-        tokens: &[u32],
-        want_logits: bool,
+        caches: &mut [KvCache],
+        feed: &Feed,
+        logits: Option<&mut [f32]>,
         kernels: Kernels,
-    ) -> Option<Vec<f32>> {
-        self.forward_batch(&mut [Segment { cache, tokens }], want_logits, kernels).pop()
-    }
-
-    /// Feed several sequences in one pass: each segment's tokens go after
-    /// its own cache. The products run over the rows of all segments at
-    /// once (each weight row is read once for all of them); everything else
-    /// is per row, and attention per segment on its own cache, so each
-    /// segment's keys, values and logits are bit-identical to feeding it
-    /// alone. Returns each segment's last-token logits, in order, when
-    /// `want_logits` (else nothing). Every cache must have room; segments
-    /// must not be empty.
-    pub fn forward_batch(&self, segs: &mut [Segment<'_>], want_logits: bool, kernels: Kernels) -> Vec<Vec<f32>> {
+        scratch: &mut Scratch,
+    ) {
         let cfg = &self.cfg;
         let (h, qd, kvd, hd) = (cfg.hidden, cfg.q_dim(), cfg.kv_dim(), cfg.head_dim);
-        assert!(segs.iter().all(|s| !s.tokens.is_empty()), "empty segment");
-        // Rows of each segment: (first row, rows, position of the first row).
-        let mut spans: Vec<(usize, usize, usize)> = Vec::with_capacity(segs.len());
+        let Scratch { spans, rope, x, xn, q, k, v, att, o, g, u, head } = scratch;
+        spans.clear();
         let mut n = 0;
-        for s in segs.iter() {
-            spans.push((n, s.tokens.len(), s.cache.len()));
-            n += s.tokens.len();
+        for (slot, tokens) in feed.iter() {
+            assert!(!tokens.is_empty(), "empty segment");
+            spans.push((n, tokens.len(), caches[slot].len()));
+            n += tokens.len();
         }
-        let mut x = vec![0f32; n * h];
-        for (t, &tok) in segs.iter().flat_map(|s| s.tokens).enumerate() {
+        let x = room(x, n * h);
+        for (t, &tok) in feed.iter().flat_map(|(_, t)| t).enumerate() {
             self.w.embed.dequantize_row(tok as usize, &mut x[t * h..(t + 1) * h]);
         }
-        let cs = self.rope_table(spans.iter().flat_map(|&(_, len, p)| p..p + len));
+        rope.clear();
+        for pos in spans.iter().flat_map(|&(_, len, p)| p..p + len) {
+            for f in &self.inv_freq {
+                let a = pos as f64 * f;
+                rope.push((a.cos() as f32, a.sin() as f32));
+            }
+        }
         let half = hd / 2;
-        let mut xn = vec![0f32; n * h];
-        let (mut q, mut k, mut v) = (vec![0f32; n * qd], vec![0f32; n * kvd], vec![0f32; n * kvd]);
-        // The layers' other buffers, allocated once for all of them.
-        let (mut att_buf, mut o_buf) = (vec![0f32; n * qd], vec![0f32; n * h]);
-        let (mut g_buf, mut u_buf) = (vec![0f32; n * cfg.ff], vec![0f32; n * cfg.ff]);
+        let xn = room(xn, n * h);
+        let (q, k, v) = (room(q, n * qd), room(k, n * kvd), room(v, n * kvd));
+        let (att_buf, o_buf) = (room(att, n * qd), room(o, n * h));
+        let (g_buf, u_buf) = (room(g, n * cfg.ff), room(u, n * cfg.ff));
+        let head = room(head, hd);
         let last_layer = cfg.layers - 1;
+        // Rows that go on (all of them, but in the last layer only each
+        // entry's last one: only its logits are returned).
+        let mut m = n;
         for (l, lw) in self.w.layers.iter().enumerate() {
-            let rows = x.len() / h;
-            for t in 0..rows {
+            for t in 0..n {
                 ops::rms_norm(&x[t * h..(t + 1) * h], &lw.attn_norm, cfg.eps, &mut xn[t * h..(t + 1) * h]);
             }
-            matmul(&mut [(&lw.wq, &mut q[..]), (&lw.wk, &mut k[..]), (&lw.wv, &mut v[..])], &xn, n, kernels);
+            matmul(&mut [(&lw.wq, &mut q[..]), (&lw.wk, &mut k[..]), (&lw.wv, &mut v[..])], xn, n, kernels);
             if let Some([bq, bk, bv]) = &lw.bias {
-                add_rows(&mut q, bq);
-                add_rows(&mut k, bk);
-                add_rows(&mut v, bv);
+                add_rows(q, bq);
+                add_rows(k, bk);
+                add_rows(v, bv);
             }
             if let Some([nq, nk]) = &lw.qk_norm {
-                norm_heads(&mut q, nq, cfg.eps);
-                norm_heads(&mut k, nk, cfg.eps);
+                norm_heads(q, nq, cfg.eps, head);
+                norm_heads(k, nk, cfg.eps, head);
             }
             for t in 0..n {
-                let c = &cs[t * half..(t + 1) * half];
-                for head in q[t * qd..(t + 1) * qd].chunks_exact_mut(hd) {
-                    ops::rope(head, c, cfg.rope_neox);
+                let c = &rope[t * half..(t + 1) * half];
+                for hq in q[t * qd..(t + 1) * qd].chunks_exact_mut(hd) {
+                    ops::rope(hq, c, cfg.rope_neox);
                 }
-                for head in k[t * kvd..(t + 1) * kvd].chunks_exact_mut(hd) {
-                    ops::rope(head, c, cfg.rope_neox);
+                for hk in k[t * kvd..(t + 1) * kvd].chunks_exact_mut(hd) {
+                    ops::rope(hk, c, cfg.rope_neox);
                 }
             }
-            for (s, &(r0, len, p)) in segs.iter_mut().zip(&spans) {
-                s.cache.write(l, p, &k[r0 * kvd..(r0 + len) * kvd], &v[r0 * kvd..(r0 + len) * kvd], kernels);
+            for ((slot, _), &(r0, len, p)) in feed.iter().zip(spans.iter()) {
+                caches[slot].write(l, p, &k[r0 * kvd..(r0 + len) * kvd], &v[r0 * kvd..(r0 + len) * kvd], kernels);
             }
-            // Rows that go on: all of them, or in the last layer only the
-            // last row of each segment (only its logits are returned).
-            if l == last_layer && spans.iter().any(|&(_, len, _)| len > 1) {
-                let last: Vec<usize> = spans.iter().map(|&(r0, len, _)| r0 + len - 1).collect();
-                x = gather_rows(&x, h, &last);
-                q = gather_rows(&q, qd, &last);
+            if l == last_layer && m > feed.total_rows() {
+                // Each entry's rows that want logits (its last ones) move up
+                // to follow the previous entry's (a row never moves down,
+                // so none is overwritten before it moves).
+                let mut to = 0;
                 for (i, span) in spans.iter_mut().enumerate() {
-                    *span = (i, 1, span.2 + span.1 - 1);
+                    let (r0, len, p) = *span;
+                    let want = feed.rows(i);
+                    let from = r0 + len - want;
+                    x.copy_within(from * h..(from + want) * h, to * h);
+                    q.copy_within(from * qd..(from + want) * qd, to * qd);
+                    *span = (to, want, p + len - want);
+                    to += want;
                 }
+                m = to;
             }
-            let m = x.len() / h;
             let att = &mut att_buf[..m * qd];
             let shape = HeadShape { heads: cfg.heads, head_dim: hd };
             // One head a task where a group a task would leave threads idle
             // (generating one sequence); the results are the same.
             let per_head = m * cfg.kv_heads < rayon::current_num_threads();
-            if segs.len() == 1 {
-                let p = spans[0].2;
-                segs[0].cache.attention(l, &q, p, shape, att, kernels, per_head);
-            } else {
-                // Sequences side by side (each may still split its heads).
-                let mut outs: Vec<(&KvCache, &[f32], usize, &mut [f32])> = Vec::with_capacity(segs.len());
-                let mut rest = &mut att[..];
-                for (s, &(r0, len, p)) in segs.iter().zip(&spans) {
-                    let (mine, tail) = rest.split_at_mut(len * qd);
-                    rest = tail;
-                    outs.push((&*s.cache, &q[r0 * qd..(r0 + len) * qd], p, mine));
-                }
-                outs.into_par_iter()
-                    .for_each(|(cache, q, p, out)| cache.attention(l, q, p, shape, out, kernels, per_head));
-            }
+            let attend = |(slot, _): (usize, &[u32]), &(r0, len, p): &(usize, usize, usize), out: &mut [f32]| {
+                caches[slot].attention(l, &q[r0 * qd..(r0 + len) * qd], p, shape, out, kernels, per_head);
+            };
+            // Entries side by side (each may still split its heads).
+            each_entry(feed, spans, 0, att, qd, &attend);
             let o = &mut o_buf[..m * h];
             matmul(&mut [(&lw.wo, &mut o[..])], att, m, kernels);
-            add_assign(&mut x, o);
+            add_assign(&mut x[..m * h], o);
             let xns = &mut xn[..m * h];
             for t in 0..m {
                 ops::rms_norm(&x[t * h..(t + 1) * h], &lw.ffn_norm, cfg.eps, &mut xns[t * h..(t + 1) * h]);
@@ -193,23 +231,18 @@ impl Transformer {
                 ops::silu_mul(gr, ur, kernels != Kernels::Scalar);
             }
             matmul(&mut [(&lw.w_down, &mut o[..])], g, m, kernels);
-            add_assign(&mut x, o);
+            add_assign(&mut x[..m * h], o);
         }
-        for (s, &(_, len, p)) in segs.iter_mut().zip(&spans) {
-            s.cache.set_len(p + len);
+        for ((slot, _), &(_, len, p)) in feed.iter().zip(spans.iter()) {
+            caches[slot].set_len(p + len);
         }
-        if !want_logits {
-            return Vec::new();
-        }
-        let m = x.len() / h;
-        let mut xn = vec![0f32; m * h];
+        let Some(logits) = logits else { return };
+        let xn = &mut xn[..m * h];
         for t in 0..m {
             ops::rms_norm(&x[t * h..(t + 1) * h], &self.w.out_norm, cfg.eps, &mut xn[t * h..(t + 1) * h]);
         }
-        let vocab = self.w.output.rows;
-        let mut logits = vec![0f32; m * vocab];
-        matmul(&mut [(&self.w.output, &mut logits[..])], &xn, m, kernels);
-        logits.chunks_exact(vocab).map(<[f32]>::to_vec).collect()
+        assert_eq!(logits.len(), m * self.w.output.rows, "a row of logits per entry");
+        matmul(&mut [(&self.w.output, logits)], xn, m, kernels);
     }
 
     pub fn arch(&self) -> Arch {
@@ -223,9 +256,23 @@ fn add_assign(x: &mut [f32], y: &[f32]) {
     }
 }
 
-/// The rows `which` of `x` (rows of `width` values), in that order.
-fn gather_rows(x: &[f32], width: usize, which: &[usize]) -> Vec<f32> {
-    which.iter().flat_map(|&r| &x[r * width..(r + 1) * width]).copied().collect()
+/// Run `f` on each entry of `feed` from `first` on, with its span and its
+/// rows of `out` (rows of `width` values), the entries side by side on
+/// rayon's pool. Split in halves with `rayon::join`, which keeps its jobs on
+/// the stack: no allocation.
+fn each_entry<F>(feed: &Feed, spans: &[(usize, usize, usize)], first: usize, out: &mut [f32], width: usize, f: &F)
+where
+    F: Fn((usize, &[u32]), &(usize, usize, usize), &mut [f32]) + Sync,
+{
+    if spans.len() == 1 {
+        f(feed.get(first), &spans[0], out);
+        return;
+    }
+    let mid = spans.len() / 2;
+    let (a, b) = spans.split_at(mid);
+    let rows: usize = a.iter().map(|s| s.1).sum();
+    let (oa, ob) = out.split_at_mut(rows * width);
+    rayon::join(|| each_entry(feed, a, first, oa, width, f), || each_entry(feed, b, first + mid, ob, width, f));
 }
 
 /// Add `b` to every row of `x`.
@@ -235,11 +282,11 @@ fn add_rows(x: &mut [f32], b: &[f32]) {
     }
 }
 
-/// RMS-normalize every head of `x` (rows of `w.len()` values) with weight `w`.
-fn norm_heads(x: &mut [f32], w: &[f32], eps: f32) {
-    let mut tmp = vec![0f32; w.len()];
+/// RMS-normalize every head of `x` (rows of `w.len()` values) with weight
+/// `w`, through `tmp` (one head's width).
+fn norm_heads(x: &mut [f32], w: &[f32], eps: f32, tmp: &mut [f32]) {
     for head in x.chunks_exact_mut(w.len()) {
-        ops::rms_norm(head, w, eps, &mut tmp);
-        head.copy_from_slice(&tmp);
+        ops::rms_norm(head, w, eps, tmp);
+        head.copy_from_slice(tmp);
     }
 }

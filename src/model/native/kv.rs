@@ -10,7 +10,7 @@
 
 use super::attn;
 use super::matmul::Kernels;
-use rayon::prelude::{IndexedParallelIterator, ParallelIterator, ParallelSliceMut};
+use rayon::prelude::{IndexedParallelIterator, IntoParallelIterator, ParallelIterator, ParallelSliceMut};
 
 /// Query heads and their width, for [`KvCache::attention`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,13 +56,25 @@ impl KvCache {
         self.len = self.len.min(len);
     }
 
-    /// Make room for `total` positions (at most the window).
+    /// Make room for `total` positions (at most the window), growing by
+    /// doubling (for a cache that grows a token at a time).
     pub fn reserve(&mut self, total: usize) {
         assert!(total <= self.max, "{total} positions exceed the window of {}", self.max);
-        if total <= self.cap {
-            return;
+        if total > self.cap {
+            self.grow_to(total.max(self.cap * 2).max(256).min(self.max));
         }
-        let cap = total.max(self.cap * 2).max(256).min(self.max);
+    }
+
+    /// Make room for exactly `total` positions (at most the window) when
+    /// there is less: for a sequence whose longest length is known.
+    pub fn reserve_exact(&mut self, total: usize) {
+        assert!(total <= self.max, "{total} positions exceed the window of {}", self.max);
+        if total > self.cap {
+            self.grow_to(total);
+        }
+    }
+
+    fn grow_to(&mut self, cap: usize) {
         for buf in self.k.iter_mut().chain(self.v.iter_mut()) {
             buf.resize(cap * self.kv_dim, 0);
         }
@@ -138,7 +150,9 @@ impl KvCache {
             for c in 0..calls {
                 let hs = per_task / calls + usize::from(c < per_task % calls);
                 if scores.len() < hs * n {
-                    scores.resize(hs * n, 0.0);
+                    // Room for the whole window, so that sequences growing
+                    // a token at a time (on whichever thread) never grow it.
+                    scores.resize(hs * self.max, 0.0);
                 }
                 let qh = &q[(h0 + done) * head_dim..(h0 + done + hs) * head_dim];
                 let oh = &mut o[done * head_dim..(done + hs) * head_dim];
@@ -150,60 +164,146 @@ impl KvCache {
         let tasks = out.len() / width;
         let work = tasks * per_task * (pos + tasks * per_task / heads) * head_dim;
         let qd = heads * head_dim;
-        if !per_head && q.len() >= 2 * qd && attn::pairs_fit(group, head_dim, isa) {
+        let rows = q.len() / qd;
+        let gw = group * head_dim;
+        let pairs = !per_head && attn::pairs_fit(group, head_dim, isa);
+        // Tokens `t` and `t + 1`, all heads of KV head `g`, at once (the
+        // same bits as one token at a time, see `attn::attend_pair`); their
+        // outputs go to `o0` and `o1` (`gw` values each).
+        let pair = |t: usize, g: usize, bufs: &mut Bufs, o0: &mut [f32], o1: &mut [f32]| {
+            let (scores, qb, ob) = bufs;
+            let n = pos + t + 1;
+            if scores.len() < 2 * group * (n + 1) {
+                scores.resize(2 * group * (self.max + 1), 0.0);
+            }
+            ob.resize(2 * gw, 0.0);
+            let off = g * head_dim;
+            let kv = attn::HeadKv { k: &keys[off..], v: &vals[off..], stride: self.kv_dim, n, stream: false };
+            qb.clear();
+            qb.extend_from_slice(&q[t * qd + g * gw..t * qd + (g + 1) * gw]);
+            qb.extend_from_slice(&q[(t + 1) * qd + g * gw..(t + 1) * qd + (g + 1) * gw]);
+            attn::attend_pair(qb, group, kv, scale, scores, ob, isa);
+            o0.copy_from_slice(&ob[..gw]);
+            o1.copy_from_slice(&ob[gw..]);
+        };
+        let threads = rayon::current_num_threads();
+        if !per_head && (2..=FEW_ROWS).contains(&rows) {
+            // A few tokens (a decoding step with drafts to check): a task
+            // per KV head for all of them, so that each head's keys and
+            // values come from memory once and the later tokens find them
+            // in the cache. Tokens in pairs where they fit.
+            let base = SharedOut(out.as_mut_ptr());
+            let head = |g: usize| {
+                // SAFETY: task `g` alone writes the values `g·gw..(g + 1)·gw`
+                // of each token's row of `out`, which outlives the tasks.
+                let o = |t: usize| unsafe { std::slice::from_raw_parts_mut(base.at(t * qd + g * gw), gw) };
+                BUFS.with_borrow_mut(|bufs| {
+                    let mut t = 0;
+                    while t < rows {
+                        if pairs && t + 1 < rows {
+                            pair(t, g, bufs, o(t), o(t + 1));
+                            t += 2;
+                        } else {
+                            one(t * kv_heads + g, o(t), &mut bufs.0);
+                            t += 1;
+                        }
+                    }
+                });
+            };
+            if work < 1 << 15 || threads == 1 {
+                (0..kv_heads).for_each(head);
+            } else {
+                (0..kv_heads).into_par_iter().with_max_len(1).for_each(head);
+            }
+            return;
+        }
+        if pairs && rows >= 2 {
             // Prompts where two tokens' heads of a KV group fit one call:
-            // tokens in pairs, each key and value widened once for both
-            // (the same bits as one token at a time, see `attn::attend_pair`).
-            let pair = |pi: usize, o: &mut [f32], bufs: &mut (Vec<f32>, Vec<f32>, Vec<f32>)| {
+            // tokens in pairs, each key and value widened once for both.
+            let two = |pi: usize, o: &mut [f32], bufs: &mut Bufs| {
                 let t = 2 * pi;
-                let (scores, qb, ob) = bufs;
                 if o.len() < 2 * qd {
                     // A last token alone.
                     for (g, o) in o.chunks_mut(width).enumerate() {
-                        one(t * kv_heads + g, o, scores);
+                        one(t * kv_heads + g, o, &mut bufs.0);
                     }
                     return;
                 }
-                let n = pos + t + 1;
-                let gw = group * head_dim;
-                scores.resize(scores.len().max(2 * group * (n + 1)), 0.0);
-                ob.resize(2 * gw, 0.0);
-                for g in 0..kv_heads {
-                    let off = g * head_dim;
-                    let kv = attn::HeadKv { k: &keys[off..], v: &vals[off..], stride: self.kv_dim, n, stream: false };
-                    qb.clear();
-                    qb.extend_from_slice(&q[t * qd + g * gw..t * qd + (g + 1) * gw]);
-                    qb.extend_from_slice(&q[(t + 1) * qd + g * gw..(t + 1) * qd + (g + 1) * gw]);
-                    attn::attend_pair(qb, group, kv, scale, scores, ob, isa);
-                    o[g * gw..(g + 1) * gw].copy_from_slice(&ob[..gw]);
-                    o[qd + g * gw..qd + (g + 1) * gw].copy_from_slice(&ob[gw..]);
+                let (o0, o1) = o.split_at_mut(qd);
+                for (g, (a, b)) in o0.chunks_mut(gw).zip(o1.chunks_mut(gw)).enumerate() {
+                    pair(t, g, bufs, a, b);
                 }
             };
-            if work < 1 << 15 || rayon::current_num_threads() == 1 {
-                let mut bufs = Default::default();
-                for (pi, o) in out.chunks_mut(2 * qd).enumerate() {
-                    pair(pi, o, &mut bufs);
-                }
+            if work < 1 << 15 || threads == 1 {
+                BUFS.with_borrow_mut(|bufs| {
+                    for (pi, o) in out.chunks_mut(2 * qd).enumerate() {
+                        two(pi, o, bufs);
+                    }
+                });
             } else {
                 out.par_chunks_mut(2 * qd)
                     .enumerate()
                     .with_max_len(1)
-                    .for_each_init(Default::default, |bufs, (pi, o)| pair(pi, o, bufs));
+                    .for_each(|(pi, o)| BUFS.with_borrow_mut(|bufs| two(pi, o, bufs)));
             }
             return;
         }
-        if work < 1 << 15 || rayon::current_num_threads() == 1 {
-            let mut scores = Vec::new();
-            for (idx, o) in out.chunks_mut(width).enumerate() {
-                one(idx, o, &mut scores);
-            }
+        if work < 1 << 15 || threads == 1 {
+            BUFS.with_borrow_mut(|(scores, _, _)| {
+                for (idx, o) in out.chunks_mut(width).enumerate() {
+                    one(idx, o, scores);
+                }
+            });
         } else {
             // Short runs of tasks (about 16 heads): later tokens cost more,
             // and a long run left at the end keeps the other threads waiting.
             out.par_chunks_mut(width)
                 .enumerate()
                 .with_max_len((16 / per_task).max(1))
-                .for_each_init(Vec::new, |scores, (idx, o)| one(idx, o, scores));
+                .for_each(|(idx, o)| BUFS.with_borrow_mut(|(scores, _, _)| one(idx, o, scores)));
         }
     }
+}
+
+/// Query tokens of one sequence up to which [`KvCache::attention`] gives
+/// each KV head one task for all of them (a decoding step with drafts).
+const FEW_ROWS: usize = 32;
+
+/// Scores, and a token pair's queries and outputs.
+type Bufs = (Vec<f32>, Vec<f32>, Vec<f32>);
+
+/// The output of [`KvCache::attention`], written by tasks that each own
+/// some values of every token's row.
+#[derive(Clone, Copy)]
+struct SharedOut(*mut f32);
+// SAFETY: the tasks write disjoint values, and the buffer outlives them.
+unsafe impl Send for SharedOut {}
+unsafe impl Sync for SharedOut {}
+
+impl SharedOut {
+    fn at(self, i: usize) -> *mut f32 {
+        self.0.wrapping_add(i)
+    }
+}
+
+/// Grow this thread's attention buffers to what query heads in groups of
+/// `group` per KV head, `head_dim` wide, over up to `window` positions
+/// need, so that attention allocates nothing on this thread afterwards.
+pub fn warm_thread(group: usize, head_dim: usize, window: usize) {
+    BUFS.with_borrow_mut(|(scores, qb, ob)| {
+        let n = 2 * group * (window + 1);
+        if scores.len() < n {
+            scores.resize(n, 0.0);
+        }
+        qb.reserve(2 * group * head_dim);
+        ob.reserve(2 * group * head_dim);
+    });
+}
+
+thread_local! {
+    /// Each thread's attention buffers (scores; a token pair's queries and
+    /// outputs), grown to the longest use and kept, so that attention
+    /// allocates nothing once they have. Borrowed only around kernel calls,
+    /// which start no parallel work, so a borrow never nests.
+    static BUFS: std::cell::RefCell<Bufs> = Default::default();
 }

@@ -19,7 +19,7 @@ use super::dot_avx512::Unpacked;
 use super::dot_scalar;
 use super::quant::{dequantize_row, ActRow, KActRow, KActs, QActs, QType, GROUP, QK};
 use memmap2::Mmap;
-use rayon::prelude::{IndexedParallelIterator, IntoParallelRefIterator, ParallelIterator};
+use rayon::prelude::{IndexedParallelIterator, IntoParallelIterator, ParallelIterator};
 use std::sync::Arc;
 
 /// The bytes of a tensor: a range of the mapped file, or owned.
@@ -229,6 +229,46 @@ pub fn matmul(jobs: &mut [(&QMatrix, &mut [f32])], x: &[f32], tokens: usize, ker
     ACTS.set((qa, ka));
 }
 
+/// Grow this thread's reused buffers (quantized activations, unpacked
+/// weight tiles) to what products of up to `rows` activation rows with
+/// `mats` need, so that later products of that size allocate nothing on
+/// this thread. No result depends on it.
+pub fn warm_thread(mats: &[&QMatrix], rows: usize, kernels: Kernels) {
+    let set = kernels.set();
+    let sub = set == Set::Avx512 && kernels != Kernels::Avx512V1;
+    let bsum = kernels.block_sums();
+    ACTS.with_borrow_mut(|(qa, ka)| {
+        for w in mats.iter().filter(|w| !w.qtype.is_float() && rows > 0) {
+            let x = vec![0f32; rows * w.cols];
+            if w.qtype.is_kquant() {
+                ka.quantize_into(&x, w.cols, sub, set != Set::Scalar);
+            } else {
+                qa.quantize_into(&x, w.cols, set != Set::Scalar);
+            }
+            #[cfg(target_arch = "x86_64")]
+            if set == Set::Avx512 {
+                if bsum && super::bsum::takes(w.qtype) {
+                    if super::amx::available() {
+                        let tile = &w.packed()[..w.cols / QK * super::bsum::PACKED_BLOCK];
+                        // SAFETY: `amx::available()`.
+                        AMX_TILE.with_borrow_mut(|u| unsafe { super::amx::unpack(tile, u) });
+                    }
+                } else {
+                    let tile = &w.data.as_slice()[..TILE.min(w.rows) * w.row_bytes];
+                    // SAFETY: `Set::Avx512` is only chosen when the CPU has what it needs.
+                    UNPACKED.with_borrow_mut(|u| unsafe {
+                        if w.qtype.is_kquant() {
+                            ka.avx512_unpack(w.qtype, tile, w.cols, u)
+                        } else {
+                            qa.avx512_unpack(w.qtype, tile, w.cols, u)
+                        }
+                    });
+                }
+            }
+        }
+    });
+}
+
 thread_local! {
     /// Each thread's quantized activations (see [`matmul`]).
     static ACTS: std::cell::RefCell<(QActs, KActs)> = std::cell::RefCell::default();
@@ -258,35 +298,44 @@ fn run_jobs(
     } else {
         total.div_ceil(threads * 8).max(4)
     };
-    let mut tasks: Vec<(usize, usize, usize, Out)> = Vec::new();
-    for (j, (w, y)) in jobs.iter_mut().enumerate() {
-        let out = Out(y.as_mut_ptr());
-        let mut r = 0;
-        while r < w.rows {
-            let end = (r + chunk).min(w.rows);
-            tasks.push((j, r, end, out));
-            r = end;
+    // Task `i` is the `i`-th chunk of rows, the jobs' chunks one after the
+    // other; found by arithmetic, so that a product allocates nothing.
+    let outs: [Option<(&QMatrix, Out)>; 4] = {
+        assert!(jobs.len() <= 4, "at most four products share an input");
+        let mut o = [None, None, None, None];
+        for (slot, (w, y)) in o.iter_mut().zip(jobs.iter_mut()) {
+            *slot = Some((*w, Out(y.as_mut_ptr())));
         }
-    }
-    let mats: Vec<&QMatrix> = jobs.iter().map(|(w, _)| *w).collect();
-    let run = |&(j, r0, r1, out): &(usize, usize, usize, Out)| {
-        let w = mats[j];
-        match (acts, kacts) {
-            (_, Some(a)) if w.qtype.is_kquant() => rows_q(w, a, r0..r1, out, set),
-            #[cfg(target_arch = "x86_64")]
-            (Some(a), _) if bsum && super::bsum::takes(w.qtype) => rows_bsum(w, a, r0..r1, out),
-            (Some(a), _) if !w.qtype.is_float() => rows_q(w, a, r0..r1, out, set),
-            _ => rows_f(w, x, cols, tokens, r0..r1, out, set),
-        }
+        o
     };
-    if tasks.len() == 1 || threads == 1 {
-        tasks.iter().for_each(run);
+    let ntasks: usize = jobs.iter().map(|(w, _)| w.rows.div_ceil(chunk)).sum();
+    let run = |mut i: usize| {
+        for &(w, out) in outs.iter().flatten() {
+            let here = w.rows.div_ceil(chunk);
+            if i >= here {
+                i -= here;
+                continue;
+            }
+            let (r0, r1) = (i * chunk, ((i + 1) * chunk).min(w.rows));
+            match (acts, kacts) {
+                (_, Some(a)) if w.qtype.is_kquant() => rows_q(w, a, r0..r1, out, set),
+                #[cfg(target_arch = "x86_64")]
+                (Some(a), _) if bsum && super::bsum::takes(w.qtype) => rows_bsum(w, a, r0..r1, out),
+                (Some(a), _) if !w.qtype.is_float() => rows_q(w, a, r0..r1, out, set),
+                _ => rows_f(w, x, cols, tokens, r0..r1, out, set),
+            }
+            return;
+        }
+        unreachable!("task beyond the products' rows");
+    };
+    if ntasks == 1 || threads == 1 {
+        (0..ntasks).for_each(run);
     } else {
         // One task per job: rayon's adaptive splitting would hand each thread
         // long runs of tasks, and a thread that finished its run waited for
         // the other's (measured: the second of two workers idle 20% of a
         // 1.5B prompt).
-        tasks.par_iter().with_max_len(1).for_each(run);
+        (0..ntasks).into_par_iter().with_max_len(1).for_each(run);
     }
 }
 

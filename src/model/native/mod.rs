@@ -39,7 +39,7 @@ pub mod quant;
 #[cfg(test)]
 mod tests;
 
-use super::{LanguageModel, ModelError};
+use super::{Feed, LanguageModel, Logits, ModelError};
 use candle_core::quantized::gguf_file;
 use forward::Transformer;
 use kv::KvCache;
@@ -65,23 +65,22 @@ pub fn unsupported_reason(ct: &gguf_file::Content) -> Option<String> {
 /// Sequences one model holds at most (`--batch`).
 pub const MAX_SLOTS: usize = 64;
 
+/// Rows per slot of the decoding passes that [`LanguageModel::set_slots`]
+/// prepares every buffer for: a chosen token and 16 drafts (larger passes
+/// grow the buffers once).
+pub const WARM_ROWS: usize = 17;
+
 /// A GGUF model on the native engine, with one KV cache per sequence slot.
 pub struct NativeModel {
     net: Transformer,
-    slots: Vec<Slot>,
+    /// Each slot's cache, and the tokens in it.
+    caches: Vec<KvCache>,
+    tokens: Vec<Vec<u32>>,
     kernels: Kernels,
-}
-
-/// One sequence: its cache and the tokens in it.
-struct Slot {
-    cache: KvCache,
-    tokens: Vec<u32>,
-}
-
-impl Slot {
-    fn new(cfg: &config::Config) -> Slot {
-        Slot { cache: KvCache::new(cfg.layers, cfg.kv_dim(), cfg.context), tokens: Vec::new() }
-    }
+    /// The buffers of a pass, reused from pass to pass.
+    scratch: forward::Scratch,
+    /// A one-entry feed for [`LanguageModel::forward`] and prompt chunks.
+    single: Feed,
 }
 
 impl NativeModel {
@@ -102,7 +101,15 @@ impl NativeModel {
             Ok("avx512") => Kernels::Avx512,
             _ => Kernels::detect(),
         };
-        let model = NativeModel { slots: vec![Slot::new(&net.cfg)], net, kernels };
+        let mut model = NativeModel {
+            caches: Vec::new(),
+            tokens: Vec::new(),
+            net,
+            kernels,
+            scratch: Default::default(),
+            single: Feed::new(),
+        };
+        model.resize_slots(1);
         model.prepare();
         model
     }
@@ -165,18 +172,53 @@ impl NativeModel {
 }
 
 impl NativeModel {
+    /// Hold `n` slots; new ones start empty.
+    fn resize_slots(&mut self, n: usize) {
+        let cfg = &self.net.cfg;
+        self.caches.truncate(n);
+        self.tokens.truncate(n);
+        while self.caches.len() < n {
+            self.caches.push(KvCache::new(cfg.layers, cfg.kv_dim(), cfg.context));
+            self.tokens.push(Vec::new());
+        }
+    }
+
+    /// Grow every buffer a pass uses (this model's, and each thread's of
+    /// the current rayon pool) to a decoding pass of all slots with up to
+    /// [`WARM_ROWS`] rows each, so that such passes allocate nothing.
+    fn warm(&mut self) {
+        let rows = self.caches.len() * WARM_ROWS;
+        self.scratch.reserve(&self.net.cfg, rows, self.caches.len());
+        let (net, kernels) = (&self.net, self.kernels);
+        let w = &net.w;
+        // One matrix of each type and width is enough.
+        let mut mats: Vec<&matmul::QMatrix> = Vec::new();
+        for m in w.layers.iter().flat_map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down]) {
+            if !mats.iter().any(|k| (k.qtype, k.cols) == (m.qtype, m.cols)) {
+                mats.push(m);
+            }
+        }
+        mats.push(&w.output);
+        let cfg = &net.cfg;
+        rayon::broadcast(|_| {
+            matmul::warm_thread(&mats, rows, kernels);
+            kv::warm_thread(cfg.heads / cfg.kv_heads, cfg.head_dim, cfg.context);
+        });
+    }
+
     /// Check that `tokens` can go after slot `slot`'s cache and make room.
     fn admit(&mut self, slot: usize, tokens: &[u32]) -> Result<(), ModelError> {
-        let held = self.slots.len();
-        let s = self.slots.get_mut(slot).ok_or_else(|| ModelError::Other(format!("no slot {slot} of {held}")))?;
+        let held = self.caches.len();
+        if slot >= held {
+            return Err(ModelError::Other(format!("no slot {slot} of {held}")));
+        }
         if tokens.is_empty() {
             return Err(ModelError::Other("forward needs at least one token".into()));
         }
-        let window = self.net.cfg.context;
-        if s.tokens.len() + tokens.len() > window {
+        let (window, cached) = (self.net.cfg.context, self.tokens[slot].len());
+        if cached + tokens.len() > window {
             return Err(ModelError::Other(format!(
-                "{} cached + {} new tokens exceed the model window of {window}",
-                s.tokens.len(),
+                "{cached} cached + {} new tokens exceed the model window of {window}",
                 tokens.len()
             )));
         }
@@ -186,46 +228,58 @@ impl NativeModel {
                 self.net.cfg.vocab_rows
             )));
         }
-        s.cache.reserve(s.tokens.len() + tokens.len());
+        self.caches[slot].reserve(cached + tokens.len());
+        Ok(())
+    }
+
+    /// Feed `tokens` (any number) after slot `slot`'s cache, in chunks of
+    /// [`CHUNK`], and write the logits after each of the last `rows` of
+    /// them into `out` (`rows` ≤ [`CHUNK`]).
+    fn feed_one(&mut self, slot: usize, tokens: &[u32], rows: usize, out: &mut [f32]) -> Result<(), ModelError> {
+        self.admit(slot, tokens)?;
+        if !(1..=CHUNK.min(tokens.len())).contains(&rows) {
+            return Err(ModelError::Other(format!("{rows} rows of logits for {} tokens", tokens.len())));
+        }
+        // Chunks from the front; when the last is shorter than the rows
+        // that want logits, those rows go last as a chunk of their own.
+        let whole = tokens.len().div_ceil(CHUNK);
+        let head = if rows <= tokens.len() - (whole - 1) * CHUNK { tokens.len() } else { tokens.len() - rows };
+        let NativeModel { net, caches, kernels, scratch, single, .. } = self;
+        // The whole pass runs on a worker of rayon's pool, so that the many
+        // parallel products inside it fork and join among workers that stay
+        // awake, instead of this thread waking the pool for each of them.
+        rayon::scope(|_| {
+            let chunks = tokens[..head].chunks(CHUNK).chain((head < tokens.len()).then(|| &tokens[head..]));
+            let last = tokens[..head].len().div_ceil(CHUNK) + usize::from(head < tokens.len()) - 1;
+            for (i, chunk) in chunks.enumerate() {
+                single.clear();
+                single.push_rows(slot, chunk, if i == last { rows } else { 1 });
+                let logits = (i == last).then_some(&mut *out);
+                net.forward_batch(caches, single, logits, *kernels, scratch);
+            }
+        });
+        self.tokens[slot].extend_from_slice(tokens);
         Ok(())
     }
 }
 
 impl LanguageModel for NativeModel {
     fn forward(&mut self, tokens: &[u32]) -> Result<Vec<f32>, ModelError> {
-        self.admit(0, tokens)?;
-        let (net, slot, kernels) = (&self.net, &mut self.slots[0], self.kernels);
-        // The whole pass runs on a worker of rayon's pool, so that the many
-        // parallel products inside it fork and join among workers that stay
-        // awake, instead of this thread waking the pool for each of them.
-        let logits = rayon::scope(|_| {
-            let mut logits = None;
-            let chunks = tokens.len().div_ceil(CHUNK);
-            for (i, chunk) in tokens.chunks(CHUNK).enumerate() {
-                logits = net.forward(&mut slot.cache, chunk, i + 1 == chunks, kernels);
-            }
-            logits
-        });
-        slot.tokens.extend_from_slice(tokens);
-        logits.ok_or_else(|| ModelError::Other("no logits were computed".into()))
+        let mut logits = vec![0f32; self.net.w.output.rows];
+        self.feed_one(0, tokens, 1, &mut logits)?;
+        Ok(logits)
     }
 
     fn truncate(&mut self, len: usize) -> Result<(), ModelError> {
-        let s = &mut self.slots[0];
-        if len > s.tokens.len() {
-            return Err(ModelError::Other(format!("cannot truncate the cache to {len}: it holds {}", s.tokens.len())));
-        }
-        s.tokens.truncate(len);
-        s.cache.truncate(len);
-        Ok(())
+        self.copy_prefix(0, 0, len)
     }
 
     fn cached_len(&self) -> usize {
-        self.slots[0].tokens.len()
+        self.tokens[0].len()
     }
 
     fn cached_tokens(&self) -> &[u32] {
-        &self.slots[0].tokens
+        &self.tokens[0]
     }
 
     fn context_length(&self) -> usize {
@@ -244,75 +298,91 @@ impl LanguageModel for NativeModel {
         if !(1..=MAX_SLOTS).contains(&n) {
             return Err(ModelError::Other(format!("the native engine holds 1 to {MAX_SLOTS} sequences, not {n}")));
         }
-        self.slots.truncate(n);
-        while self.slots.len() < n {
-            self.slots.push(Slot::new(&self.net.cfg));
-        }
+        self.resize_slots(n);
+        self.warm();
         Ok(())
     }
 
     fn slot_count(&self) -> usize {
-        self.slots.len()
+        self.caches.len()
     }
 
     fn slot_tokens(&self, slot: usize) -> &[u32] {
-        &self.slots[slot].tokens
+        &self.tokens[slot]
     }
 
     fn copy_prefix(&mut self, from: usize, to: usize, len: usize) -> Result<(), ModelError> {
-        let n = self.slots.len();
-        if from >= n || to >= n || len > self.slots[from].tokens.len() {
-            return Err(ModelError::Other(format!("cannot copy {len} positions from slot {from} to slot {to}")));
+        let n = self.caches.len();
+        if from >= n || to >= n || len > self.tokens[from].len() {
+            let what = if from == to {
+                format!("truncate slot {to} to {len}")
+            } else {
+                format!("copy {len} positions from slot {from} to slot {to}")
+            };
+            return Err(ModelError::Other(format!("cannot {what}: it holds {}", self.tokens[from.min(n - 1)].len())));
         }
         if from == to {
-            let s = &mut self.slots[to];
-            s.tokens.truncate(len);
-            s.cache.truncate(len);
+            self.tokens[to].truncate(len);
+            self.caches[to].truncate(len);
             return Ok(());
         }
-        let (src, dst) = if from < to {
-            let (a, b) = self.slots.split_at_mut(to);
-            (&a[from], &mut b[0])
-        } else {
-            let (a, b) = self.slots.split_at_mut(from);
-            (&b[0], &mut a[to])
-        };
-        dst.cache.copy_prefix_from(&src.cache, len);
-        dst.tokens.clear();
-        dst.tokens.extend_from_slice(&src.tokens[..len]);
+        let (src, dst) = two(&mut self.caches, from, to);
+        dst.copy_prefix_from(src, len);
+        let (src, dst) = two(&mut self.tokens, from, to);
+        dst.clear();
+        dst.extend_from_slice(&src[..len]);
         Ok(())
     }
 
-    fn forward_slots(&mut self, items: &[(usize, &[u32])]) -> Result<Vec<Vec<f32>>, ModelError> {
-        let mut seen = vec![false; self.slots.len()];
-        for &(slot, tokens) in items {
+    fn reserve_slot(&mut self, slot: usize, positions: usize) -> Result<(), ModelError> {
+        let cache = self.caches.get_mut(slot).ok_or_else(|| ModelError::Other(format!("no slot {slot}")))?;
+        let positions = positions.min(self.net.cfg.context);
+        cache.reserve_exact(positions);
+        let tokens = &mut self.tokens[slot];
+        tokens.reserve(positions.saturating_sub(tokens.len()));
+        Ok(())
+    }
+
+    fn exact_rows(&self) -> bool {
+        true
+    }
+
+    fn forward_slots(&mut self, feed: &Feed, out: &mut Logits) -> Result<(), ModelError> {
+        let vocab = self.net.w.output.rows;
+        let rows = out.reset(feed.total_rows(), vocab);
+        for (i, (slot, tokens)) in feed.iter().enumerate() {
             self.admit(slot, tokens)?;
-            if std::mem::replace(&mut seen[slot], true) {
+            if feed.iter().take(i).any(|(s, _)| s == slot) {
                 return Err(ModelError::Other(format!("slot {slot} appears twice in one pass")));
             }
         }
-        // Long feeds (prompts) go alone in chunks; one-token feeds share a pass.
-        if items.iter().any(|&(_, t)| t.len() > 1) {
-            return items
-                .iter()
-                .map(|&(slot, tokens)| {
-                    self.slots.swap(0, slot);
-                    let logits = self.forward(tokens);
-                    self.slots.swap(0, slot);
-                    logits
-                })
-                .collect();
+        // A prompt goes alone, in chunks; entries of up to a chunk share a pass.
+        if feed.len() == 1 || feed.iter().any(|(_, t)| t.len() > CHUNK) {
+            let mut row = 0;
+            for (i, (slot, tokens)) in feed.iter().enumerate() {
+                let want = feed.rows(i);
+                self.feed_one(slot, tokens, want, &mut rows[row * vocab..(row + want) * vocab])?;
+                row += want;
+            }
+            return Ok(());
         }
-        let (net, kernels) = (&self.net, self.kernels);
-        let mut by_slot: Vec<Option<&mut Slot>> = self.slots.iter_mut().map(Some).collect();
-        let mut segs: Vec<forward::Segment<'_>> = items
-            .iter()
-            .map(|&(slot, tokens)| {
-                let s = by_slot[slot].take().expect("distinct slots");
-                s.tokens.extend_from_slice(tokens);
-                forward::Segment { cache: &mut s.cache, tokens }
-            })
-            .collect();
-        Ok(rayon::scope(|_| net.forward_batch(&mut segs, true, kernels)))
+        let NativeModel { net, caches, kernels, scratch, .. } = self;
+        rayon::scope(|_| net.forward_batch(caches, feed, Some(rows), *kernels, scratch));
+        for (slot, tokens) in feed.iter() {
+            self.tokens[slot].extend_from_slice(tokens);
+        }
+        Ok(())
+    }
+}
+
+/// Element `a` (shared) and element `b` (mutable) of `v`, `a != b`.
+fn two<T>(v: &mut [T], a: usize, b: usize) -> (&T, &mut T) {
+    assert_ne!(a, b);
+    if a < b {
+        let (x, y) = v.split_at_mut(b);
+        (&x[a], &mut y[0])
+    } else {
+        let (x, y) = v.split_at_mut(a);
+        (&y[0], &mut x[b])
     }
 }

@@ -34,6 +34,7 @@ fn config() -> RunConfig {
         dtype: Default::default(),
         threads: None,
         batch: None,
+        lookup: None,
         shard: None,
     }
 }
@@ -107,10 +108,12 @@ fn sample_run_is_reproducible_and_resumable() {
     assert!(err.contains("configuration differs"), "{err}");
 }
 
-/// Continuous batching changes nothing but speed: `--batch 8` (with slots
-/// freed and refilled mid-run, prefixes copied between slots) gives the
-/// same records as one sample at a time, byte for byte, apart from timings
-/// and the count of reused prompt tokens.
+/// Continuous batching and prompt lookup decoding change nothing but
+/// speed: `--batch 8` (with slots freed and refilled mid-run, prefixes
+/// copied between slots) with the default drafts, and `--batch 4 --lookup
+/// 3`, give the same records as one sample at a time without drafts, byte
+/// for byte, apart from timings and the counts of reused prompt tokens and
+/// drafts.
 #[test]
 fn batch_8_predictions_equal_batch_1() {
     common::default_model();
@@ -131,16 +134,30 @@ fn batch_8_predictions_equal_batch_1() {
         )
     };
     let mut runs = Vec::new();
-    for batch in [1, 8] {
+    for (batch, lookup) in [(1, Some(0)), (8, None), (4, Some(3))] {
         cfg.batch = Some(batch);
+        cfg.lookup = lookup;
         let out = dir.path().join(format!("b{batch}"));
         let res = run(&cfg, &options(&out, false)).unwrap();
         assert_eq!(res.environment.batch, batch);
-        runs.push(read_samples(&out.join("samples.jsonl")).unwrap());
+        assert_eq!(res.environment.lookup, lookup.unwrap_or(themisto::run::DEFAULT_LOOKUP));
+        let records = read_samples(&out.join("samples.jsonl")).unwrap();
+        let (drafted, accepted) =
+            records.iter().fold((0, 0), |(d, a), r| (d + r.draft_tokens, a + r.accepted_draft_tokens));
+        assert_eq!((drafted, accepted), (res.throughput.unwrap().draft_tokens as usize, accepted));
+        assert!(accepted <= drafted);
+        if lookup == Some(0) {
+            assert_eq!(drafted, 0);
+        } else {
+            assert!(accepted > 0, "lookup {lookup:?}: {accepted} of {drafted} drafts accepted");
+        }
+        runs.push(records);
     }
     assert_eq!(runs[0].len(), 12);
     assert!(runs[0].iter().all(|r| r.error.is_none()));
-    assert_eq!(runs[0].iter().map(key).collect::<Vec<_>>(), runs[1].iter().map(key).collect::<Vec<_>>());
+    for other in &runs[1..] {
+        assert_eq!(runs[0].iter().map(key).collect::<Vec<_>>(), other.iter().map(key).collect::<Vec<_>>());
+    }
     // The batched run still reuses the history its prompts share.
     let reused: usize = runs[1].iter().map(|r| r.reused_prompt_tokens).sum();
     let total: usize = runs[1].iter().map(|r| r.prompt_tokens).sum();

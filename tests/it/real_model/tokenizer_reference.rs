@@ -20,7 +20,7 @@ use std::sync::OnceLock;
 use candle_core::quantized::gguf_file::Content;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
-use themisto::tokenizer::Tokenizer;
+use themisto::tokenizer::{TextStream, Tokenizer};
 
 /// Where each file comes from when its environment variable is not set: the two
 /// models through the registry (fetched like any run fetches them), llama.cpp's
@@ -318,4 +318,43 @@ fn check_ids_single(fixture_name: &str) -> (Tokenizer, ModelFixture) {
         failures.join("\n")
     );
     (tokenizer, fixture)
+}
+
+/// The decoder's text of a growing sequence ([`TextStream`]) equals `decode` of the whole
+/// sequence after every token: from the byte table on both byte-level vocabularies (every
+/// id alone; random sequences, mostly of single-byte tokens so that UTF-8 characters split
+/// across tokens, with special tokens among them), and by decoding on SentencePiece's.
+#[test]
+fn text_stream_equals_decode_after_every_token() {
+    let spm = fixture_and_tokenizer("llama_spm.json");
+    for (name, (tokenizer, _)) in [("smollm2", smollm2()), ("qwen", qwen()), ("llama spm", &spm)] {
+        assert_eq!(tokenizer.byte_pieces().is_some(), name != "llama spm", "{name}: byte table");
+        let vocab = tokenizer.vocab_size() as u64;
+        for id in 0..vocab as u32 {
+            let mut s = TextStream::new(tokenizer, 1);
+            s.push(id).unwrap();
+            assert_eq!(s.text(), tokenizer.decode(&[id]).unwrap(), "{name}: id {id}");
+        }
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        for _ in 0..300 {
+            let len = 1 + next() % 40;
+            let mut s = TextStream::new(tokenizer, len as usize);
+            let mut ids = Vec::new();
+            for _ in 0..len {
+                let r = next();
+                let id = if r % 4 == 0 { (r >> 8) % vocab } else { (r >> 8) % 512 } as u32;
+                s.push(id).unwrap();
+                ids.push(id);
+                assert_eq!(s.text(), tokenizer.decode(&ids).unwrap(), "{name}: {ids:?}");
+            }
+            assert_eq!(s.ids(), &ids[..]);
+        }
+        assert!(TextStream::new(tokenizer, 1).push(vocab as u32).is_err(), "{name}: an id past the vocabulary");
+    }
 }

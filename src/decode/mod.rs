@@ -4,10 +4,15 @@
 //! Stop strings are matched on the decoded text (not on token ids), so a stop
 //! string split across tokens is still found; the text is cut where the
 //! earliest stop string begins. A shared prefix between the model's cache and
-//! the new prompt is kept (the model decides how cheap that is).
+//! the new prompt is kept (the model decides how cheap that is). The loop's
+//! buffers (the feed, the logits, the text) are made once per sequence, so
+//! that a token costs no allocation on engines that write in place.
+//! [`lookup`] proposes draft tokens that a pass can check along the way.
 
-use crate::model::{LanguageModel, ModelError};
-use crate::tokenizer::Tokenizer;
+pub mod lookup;
+
+use crate::model::{Feed, LanguageModel, Logits, ModelError};
+use crate::tokenizer::{TextStream, Tokenizer};
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
 
@@ -56,6 +61,10 @@ pub struct Generation {
     pub generated_tokens: usize,
     /// Prompt tokens that were already in the model's cache.
     pub reused_tokens: usize,
+    /// Draft tokens fed (prompt lookup decoding) and how many of them
+    /// greedy decoding confirmed.
+    pub draft_tokens: usize,
+    pub accepted_draft_tokens: usize,
     pub prefill_s: f64,
     pub decode_s: f64,
 }
@@ -99,31 +108,35 @@ pub fn common_prefix(a: &[u32], b: &[u32]) -> usize {
 }
 
 /// A prompt read into slot `slot`: the longest prefix it shares with the
-/// cache of `donor` (another slot, or the same) is kept, the rest is fed.
-/// Returns the logits after the prompt and how many prompt tokens were
-/// reused.
+/// cache of `donor` (another slot, or the same) is kept, the rest is fed,
+/// after room was made for `total` positions (the prompt and the most
+/// tokens it may generate). The logits after the prompt are `out`'s one
+/// row; returns how many prompt tokens were reused.
 pub fn prefill(
     model: &mut dyn LanguageModel,
     slot: usize,
     donor: usize,
     prompt: &[u32],
-) -> Result<(Vec<f32>, usize), ModelError> {
+    total: usize,
+    out: &mut Logits,
+) -> Result<usize, ModelError> {
     // Reuse the longest shared prefix, but always feed at least one token.
     let shared = common_prefix(model.slot_tokens(donor), prompt).min(prompt.len() - 1);
     let reused = if donor == slot { model.kept_on_truncate(shared) } else { shared };
     model.copy_prefix(donor, slot, shared)?;
-    let mut logits = model.forward_slots(&[(slot, &prompt[shared..])])?;
-    Ok((logits.pop().expect("one slot, one result"), reused))
+    model.reserve_slot(slot, total.max(prompt.len()))?;
+    model.forward_slots(&Feed::one(slot, &prompt[shared..]), out)?;
+    Ok(reused)
 }
 
 /// One sequence being decoded: the tokens chosen so far and their text.
+/// Choosing a token allocates nothing where the tokenizer is byte-level
+/// (see [`TextStream`]).
 pub struct Decoding<'a> {
     cfg: GenerateConfig,
-    tokenizer: &'a Tokenizer,
     prompt_tokens: usize,
     window: usize,
-    ids: Vec<u32>,
-    text: String,
+    out: TextStream<'a>,
 }
 
 /// What a sequence does after [`Decoding::advance`].
@@ -137,29 +150,47 @@ pub enum Step {
 
 impl<'a> Decoding<'a> {
     pub fn new(cfg: GenerateConfig, tokenizer: &'a Tokenizer, prompt_tokens: usize, window: usize) -> Self {
-        Decoding { cfg, tokenizer, prompt_tokens, window, ids: Vec::new(), text: String::new() }
+        let room = cfg.max_new_tokens.min(window.saturating_sub(prompt_tokens));
+        Decoding { out: TextStream::new(tokenizer, room), cfg, prompt_tokens, window }
+    }
+
+    /// Positions the sequence may fill at most: the prompt and the tokens
+    /// it may generate, within the window.
+    pub fn total(&self) -> usize {
+        (self.prompt_tokens + self.cfg.max_new_tokens).min(self.window)
+    }
+
+    /// The tokens chosen so far.
+    pub fn ids(&self) -> &[u32] {
+        self.out.ids()
+    }
+
+    /// Their text (cut before a stop string once one was found).
+    pub fn text(&self) -> &str {
+        self.out.text()
     }
 
     /// Choose the next token from the logits after the last fed one.
     pub fn advance(&mut self, logits: &[f32]) -> Result<Step, ModelError> {
         let cfg = &self.cfg;
-        if self.ids.len() >= cfg.max_new_tokens {
+        let generated = self.out.ids().len();
+        if generated >= cfg.max_new_tokens {
             return Ok(Step::Done(FinishReason::Length));
         }
         let next = argmax(logits);
         if cfg.eos_ids.contains(&next) {
             return Ok(Step::Done(FinishReason::Eos));
         }
-        self.ids.push(next);
-        self.text = self.tokenizer.decode(&self.ids)?;
-        if let Some(pos) = find_stop(&self.text, &cfg.stop) {
-            self.text.truncate(pos);
+        self.out.push(next)?;
+        if let Some(pos) = find_stop(self.out.text(), &cfg.stop) {
+            self.out.cut_text(pos);
             return Ok(Step::Done(FinishReason::Stop));
         }
-        if self.prompt_tokens + self.ids.len() >= self.window {
+        let generated = generated + 1;
+        if self.prompt_tokens + generated >= self.window {
             return Ok(Step::Done(FinishReason::Context));
         }
-        if self.ids.len() >= cfg.max_new_tokens {
+        if generated >= cfg.max_new_tokens {
             return Ok(Step::Done(FinishReason::Length));
         }
         Ok(Step::Feed(next))
@@ -168,11 +199,13 @@ impl<'a> Decoding<'a> {
     /// The result, once finished.
     pub fn finish(self, finish: FinishReason, reused_tokens: usize, prefill_s: f64, decode_s: f64) -> Generation {
         Generation {
-            text: self.text,
+            generated_tokens: self.out.ids().len(),
+            text: self.out.into_text(),
             finish,
             prompt_tokens: self.prompt_tokens,
-            generated_tokens: self.ids.len(),
             reused_tokens,
+            draft_tokens: 0,
+            accepted_draft_tokens: 0,
             prefill_s,
             decode_s,
         }
@@ -187,15 +220,20 @@ pub fn generate(
     cfg: &GenerateConfig,
 ) -> Result<Generation, ModelError> {
     let window = window_for(model, prompt, cfg)?;
+    let mut dec = Decoding::new(cfg.clone(), tokenizer, prompt.len(), window);
+    let (mut feed, mut logits) = (Feed::new(), Logits::new());
     let t0 = Instant::now();
-    let (mut logits, reused) = prefill(model, 0, 0, prompt)?;
+    let reused = prefill(model, 0, 0, prompt, dec.total(), &mut logits)?;
     let prefill_s = t0.elapsed().as_secs_f64();
     let t1 = Instant::now();
-    let mut dec = Decoding::new(cfg.clone(), tokenizer, prompt.len(), window);
     let finish = loop {
-        match dec.advance(&logits)? {
+        match dec.advance(logits.row(0))? {
             Step::Done(f) => break f,
-            Step::Feed(next) => logits = model.forward(&[next])?,
+            Step::Feed(next) => {
+                feed.clear();
+                feed.push(0, &[next]);
+                model.forward_slots(&feed, &mut logits)?;
+            }
         }
     };
     Ok(dec.finish(finish, reused, prefill_s, t1.elapsed().as_secs_f64()))
