@@ -270,8 +270,13 @@ pub fn execute(args: RunArgs) -> anyhow::Result<()> {
     super::write_report_md(&out, &results)?;
     print!("{}", crate::report::table::groups_table(&results.groups));
     if let Some(t) = &results.throughput {
+        let drafts = if t.draft_tokens > 0 {
+            format!("; {} of {} draft tokens confirmed", t.accepted_draft_tokens, t.draft_tokens)
+        } else {
+            String::new()
+        };
         println!(
-            "\nprompt {:.1} tokens/s, generation {:.1} tokens/s, wall {:.1} s; {:.0}% of {} prompt tokens reused from the cache",
+            "\nprompt {:.1} tokens/s, generation {:.1} tokens/s, wall {:.1} s; {:.0}% of {} prompt tokens reused from the cache{drafts}",
             t.prompt_tokens_per_s,
             t.gen_tokens_per_s,
             t.wall_s,

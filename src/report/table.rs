@@ -138,6 +138,15 @@ pub fn report_markdown(r: &ResultsFile) -> String {
             t.gen_tokens_per_s,
             t.wall_s
         );
+        if t.draft_tokens > 0 {
+            let _ = writeln!(
+                s,
+                "Prompt lookup decoding: {} of {} draft tokens confirmed ({:.0}%).",
+                t.accepted_draft_tokens,
+                t.draft_tokens,
+                100.0 * t.accepted_draft_tokens as f64 / t.draft_tokens as f64
+            );
+        }
     }
     if !r.metric_signatures.is_empty() {
         s.push_str("\nMetric signatures:\n\n");

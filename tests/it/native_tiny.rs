@@ -277,3 +277,47 @@ fn slots_fed_together_equal_each_fed_alone() {
         assert!(m.forward_slots(&feed, &mut shared_logits).is_err(), "a slot twice in one pass");
     }
 }
+
+/// Draft checking's promise ([`LanguageModel::exact_rows`]) on every
+/// architecture, four weight types and every kernel set: a pass that feeds
+/// one slot five tokens (wanting the logits after each) beside another
+/// slot's single token gives each row the bits of feeding the tokens one at
+/// a time.
+#[test]
+fn rows_of_one_pass_equal_tokens_fed_one_at_a_time() {
+    use themisto::model::native::{Kernels, NativeModel};
+    for (arch, wt) in
+        [("llama", GgmlDType::F16), ("llama", GgmlDType::Q4_1), ("qwen2", GgmlDType::Q4K), ("qwen3", GgmlDType::Q6K)]
+    {
+        let dir = common::tempdir();
+        let path = dir.path().join(format!("tiny-{arch}.gguf"));
+        write_model(&path, arch, wt);
+        let (ct, _) = themisto::model::gguf::read_content(&path).unwrap();
+        let tokenizer = themisto::model::gguf::tokenizer_for(&path, &ct).unwrap();
+        let ids = tokenizer.encode("import pandas as pd\ndf = pd.read_csv('data.csv')\ndf.head()\n").unwrap();
+        let (prompt, more) = ids.split_at(ids.len() - 5);
+        let mut m = NativeModel::load(&path, &ct).unwrap();
+        let mut sets = vec![Kernels::detect()];
+        if Kernels::detect() != Kernels::Scalar {
+            sets.extend([Kernels::Avx2, Kernels::Scalar]);
+        }
+        for kernels in sets {
+            m.set_kernels(kernels);
+            m.set_slots(1).unwrap();
+            m.truncate(0).unwrap();
+            m.forward(prompt).unwrap();
+            let alone: Vec<Vec<f32>> = more.iter().map(|&t| m.forward(&[t]).unwrap()).collect();
+            m.truncate(prompt.len()).unwrap();
+            m.set_slots(2).unwrap();
+            let mut logits = Logits::new();
+            m.forward_slots(&Feed::one(1, &prompt[..3]), &mut logits).unwrap();
+            let mut feed = Feed::new();
+            feed.push_rows(0, more, more.len());
+            feed.push(1, &prompt[3..4]);
+            m.forward_slots(&feed, &mut logits).unwrap();
+            for (i, want) in alone.iter().enumerate() {
+                assert_eq!(logits.row(i), &want[..], "{arch} {wt:?} {}: row {i}", kernels.name());
+            }
+        }
+    }
+}

@@ -17,7 +17,7 @@ use themisto::model::engine::{Engine, WeightsPolicy};
 use themisto::model::fetch::{FetchOptions, ResolvedModel};
 use themisto::model::native::Kernels;
 use themisto::model::{gguf, LoadOptions, LoadedModel};
-use themisto::model::{registry, LanguageModel};
+use themisto::model::{registry, Feed, LanguageModel, Logits};
 
 /// Largest |native − reference| over a logit vector, as a fraction of the
 /// reference's max − min. Measured: 3.8% (SmolLM2) and 1.5% (Qwen2.5; 1.0% with
@@ -217,5 +217,85 @@ fn portable_against_simd(resolved: &ResolvedModel, reference: bool) {
         assert!(ds < MAX_REL_DIFF, "SIMD logits differ from the reference by {ds} of the range");
         assert!(dp < MAX_REL_DIFF, "portable logits differ from the reference by {dp} of the range");
         assert_eq!(argmax(&a), argmax(&r));
+    }
+}
+
+/// What prompt lookup decoding relies on ([`LanguageModel::exact_rows`]):
+/// tokens fed together, with the logits after each wanted, give each row
+/// the bits of feeding the tokens one at a time, next to another slot's
+/// pass of one token, and a cut-back cache goes on as if the cut tokens
+/// were never fed.
+#[test]
+fn rows_of_a_multi_token_pass_equal_single_token_passes() {
+    let resolved = common::default_model();
+    let mut m = load(&resolved, Engine::Native, WeightsPolicy::Auto);
+    let model = m.model.as_mut();
+    assert!(model.exact_rows());
+    let ids = &prompts(&m.tokenizer)[1];
+    let (prompt, more) = ids.split_at(ids.len() - 7);
+    // One token at a time.
+    model.truncate(0).unwrap();
+    model.forward(prompt).unwrap();
+    let alone: Vec<Vec<f32>> = more.iter().map(|&t| model.forward(&[t]).unwrap()).collect();
+    // Seven tokens in one pass beside slot 1's one token.
+    model.truncate(prompt.len()).unwrap();
+    model.set_slots(2).unwrap();
+    let mut logits = Logits::new();
+    model.forward_slots(&Feed::one(1, &prompt[..40]), &mut logits).unwrap();
+    let mut feed = Feed::new();
+    feed.push_rows(0, more, more.len());
+    feed.push(1, &prompt[40..41]);
+    model.forward_slots(&feed, &mut logits).unwrap();
+    assert_eq!(logits.rows(), more.len() + 1);
+    for (i, want) in alone.iter().enumerate() {
+        assert_eq!(logits.row(i), &want[..], "row {i}");
+    }
+    // Cut back to three of the seven and go on with the fourth alone.
+    model.copy_prefix(0, 0, prompt.len() + 3).unwrap();
+    model.forward_slots(&Feed::one(0, &more[3..4]), &mut logits).unwrap();
+    assert_eq!(logits.row(0), &alone[3][..]);
+    model.set_slots(1).unwrap();
+}
+
+/// The cost of a decoding pass of 4 sequences that each feed 1 to 17
+/// tokens, after a prompt of `THEMISTO_PASS_CONTEXT` tokens (default 1400):
+/// what a checked draft token costs. `cargo test --release --test it
+/// decode_pass_cost -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn decode_pass_cost() {
+    use std::time::Instant;
+    let resolved = common::default_model();
+    let mut m = load(&resolved, Engine::Native, WeightsPolicy::Auto);
+    let model = m.model.as_mut();
+    let n: u32 = std::env::var("THEMISTO_PASS_CONTEXT").map_or(1400, |v| v.parse().unwrap());
+    let prompt: Vec<u32> = (0..n).map(|i| 100 + (i * 7919) % 20000).collect();
+    let batch = 4;
+    model.set_slots(batch).unwrap();
+    let mut logits = Logits::new();
+    for s in 0..batch {
+        model.forward_slots(&Feed::one(s, &prompt), &mut logits).unwrap();
+    }
+    let mut feed = Feed::new();
+    for rows in [1usize, 2, 3, 5, 9, 17] {
+        let tokens: Vec<u32> = (0..rows as u32).map(|i| 200 + i).collect();
+        let mut best = f64::MAX;
+        for _ in 0..6 {
+            feed.clear();
+            for s in 0..batch {
+                feed.push_rows(s, &tokens, rows);
+            }
+            let t = Instant::now();
+            model.forward_slots(&feed, &mut logits).unwrap();
+            best = best.min(t.elapsed().as_secs_f64());
+            for s in 0..batch {
+                model.copy_prefix(s, s, prompt.len()).unwrap();
+            }
+        }
+        eprintln!(
+            "context {n}, {batch} sequences × {rows} tokens: {:.2} ms a pass, {:.2} ms a token (best of 6)",
+            best * 1e3,
+            best * 1e3 / (batch * rows) as f64
+        );
     }
 }
