@@ -321,3 +321,36 @@ fn rows_of_one_pass_equal_tokens_fed_one_at_a_time() {
         }
     }
 }
+
+/// Two models on rayon's one pool at once, one warming its threads'
+/// buffers (`set_slots`) while the other computes: a thread that waits
+/// inside the warming may run a product of the other model, and must find
+/// its buffers free (a shared borrow here once panicked "RefCell already
+/// borrowed", in about one full test run out of three).
+#[test]
+fn a_model_warming_while_another_computes_on_the_same_pool() {
+    let dir = common::tempdir();
+    let path = dir.path().join("tiny-llama.gguf");
+    write_model(&path, "llama", GgmlDType::Q4K);
+    let r = resolved(&path);
+    let mut computing = load(&r, Engine::Native, WeightsPolicy::Auto);
+    let prompt = computing.tokenizer.encode("import pandas as pd\ndf = pd.read_csv('x.csv')\n").unwrap();
+    let expected = computing.model.forward(&prompt).unwrap();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut warming = load(&r, Engine::Native, WeightsPolicy::Auto);
+            let m = warming.model.as_mut();
+            for i in 0..400 {
+                m.set_slots(1 + i % 8).unwrap();
+            }
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        });
+        let mut passes = 0;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) || passes < 10 {
+            computing.model.truncate(0).unwrap();
+            assert_eq!(computing.model.forward(&prompt).unwrap(), expected);
+            passes += 1;
+        }
+    });
+}

@@ -237,36 +237,39 @@ pub fn warm_thread(mats: &[&QMatrix], rows: usize, kernels: Kernels) {
     let set = kernels.set();
     let sub = set == Set::Avx512 && kernels != Kernels::Avx512V1;
     let bsum = kernels.block_sums();
-    ACTS.with_borrow_mut(|(qa, ka)| {
-        for w in mats.iter().filter(|w| !w.qtype.is_float() && rows > 0) {
-            let x = vec![0f32; rows * w.cols];
-            if w.qtype.is_kquant() {
-                ka.quantize_into(&x, w.cols, sub, set != Set::Scalar);
-            } else {
-                qa.quantize_into(&x, w.cols, set != Set::Scalar);
-            }
-            #[cfg(target_arch = "x86_64")]
-            if set == Set::Avx512 {
-                if bsum && super::bsum::takes(w.qtype) {
-                    if super::amx::available() {
-                        let tile = &w.packed()[..w.cols / QK * super::bsum::PACKED_BLOCK];
-                        // SAFETY: `amx::available()`.
-                        AMX_TILE.with_borrow_mut(|u| unsafe { super::amx::unpack(tile, u) });
-                    }
-                } else {
-                    let tile = &w.data.as_slice()[..TILE.min(w.rows) * w.row_bytes];
-                    // SAFETY: `Set::Avx512` is only chosen when the CPU has what it needs.
-                    UNPACKED.with_borrow_mut(|u| unsafe {
-                        if w.qtype.is_kquant() {
-                            ka.avx512_unpack(w.qtype, tile, w.cols, u)
-                        } else {
-                            qa.avx512_unpack(w.qtype, tile, w.cols, u)
-                        }
-                    });
+    // Taken out while they grow, as in [`matmul`]: quantizing many rows runs
+    // in parallel, and while this thread waits it may run a task of another
+    // product, which borrows them too.
+    let (mut qa, mut ka) = ACTS.with_borrow_mut(std::mem::take);
+    for w in mats.iter().filter(|w| !w.qtype.is_float() && rows > 0) {
+        let x = vec![0f32; rows * w.cols];
+        if w.qtype.is_kquant() {
+            ka.quantize_into(&x, w.cols, sub, set != Set::Scalar);
+        } else {
+            qa.quantize_into(&x, w.cols, set != Set::Scalar);
+        }
+        #[cfg(target_arch = "x86_64")]
+        if set == Set::Avx512 {
+            if bsum && super::bsum::takes(w.qtype) {
+                if super::amx::available() {
+                    let tile = &w.packed()[..w.cols / QK * super::bsum::PACKED_BLOCK];
+                    // SAFETY: `amx::available()`.
+                    AMX_TILE.with_borrow_mut(|u| unsafe { super::amx::unpack(tile, u) });
                 }
+            } else {
+                let tile = &w.data.as_slice()[..TILE.min(w.rows) * w.row_bytes];
+                // SAFETY: `Set::Avx512` is only chosen when the CPU has what it needs.
+                UNPACKED.with_borrow_mut(|u| unsafe {
+                    if w.qtype.is_kquant() {
+                        ka.avx512_unpack(w.qtype, tile, w.cols, u)
+                    } else {
+                        qa.avx512_unpack(w.qtype, tile, w.cols, u)
+                    }
+                });
             }
         }
-    });
+    }
+    ACTS.set((qa, ka));
 }
 
 thread_local! {
