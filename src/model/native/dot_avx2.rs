@@ -23,14 +23,14 @@ use std::arch::x86_64::{
 };
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::{
-    __m128i, __m256, __m256i, _mm256_add_ps, _mm256_and_si256, _mm256_broadcastsi128_si256, _mm256_castps256_ps128,
-    _mm256_cmpeq_epi8, _mm256_cvtepi32_ps, _mm256_cvtph_ps, _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_loadu_ps,
-    _mm256_loadu_si256, _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_mul_ps, _mm256_or_si256,
-    _mm256_permutevar8x32_ps, _mm256_set1_epi16, _mm256_set1_epi32, _mm256_set1_epi64x, _mm256_set1_epi8,
-    _mm256_set1_ps, _mm256_set_epi32, _mm256_set_epi64x, _mm256_set_m128i, _mm256_setzero_ps, _mm256_shuffle_epi8,
-    _mm256_sign_epi8, _mm256_slli_epi16, _mm256_srl_epi16, _mm256_srli_epi16, _mm256_srlv_epi32, _mm256_storeu_ps,
-    _mm256_sub_epi8, _mm_add_ps, _mm_add_ss, _mm_cvtph_ps, _mm_cvtsi32_si128, _mm_cvtss_f32, _mm_loadu_si128,
-    _mm_movehdup_ps, _mm_movehl_ps, _mm_set1_epi16,
+    __m128i, __m256, __m256i, _mm256_add_ps, _mm256_and_si256, _mm256_broadcast_ss, _mm256_broadcastsi128_si256,
+    _mm256_castps256_ps128, _mm256_cmpeq_epi8, _mm256_cvtepi32_ps, _mm256_cvtph_ps, _mm256_extractf128_ps,
+    _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_loadu_si256, _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_mul_ps,
+    _mm256_or_si256, _mm256_set1_epi16, _mm256_set1_epi32, _mm256_set1_epi64x, _mm256_set1_epi8, _mm256_set1_ps,
+    _mm256_set_epi32, _mm256_set_epi64x, _mm256_set_m128i, _mm256_setzero_ps, _mm256_shuffle_epi8, _mm256_sign_epi8,
+    _mm256_slli_epi16, _mm256_srl_epi16, _mm256_srli_epi16, _mm256_srlv_epi32, _mm256_storeu_ps, _mm256_sub_epi8,
+    _mm_add_ps, _mm_add_ss, _mm_cvtph_ps, _mm_cvtsi32_si128, _mm_cvtss_f32, _mm_loadu_si128, _mm_movehdup_ps,
+    _mm_movehl_ps, _mm_set1_epi16,
 };
 
 use super::quant::{act_blocks, kact_blocks, weight_row_bytes, ActGroup, ActRow, KActRow, QType, GROUP, QK, QK_K};
@@ -139,6 +139,8 @@ const T_Q4_0: u8 = 0;
 const T_Q4_1: u8 = 1;
 const T_Q5_0: u8 = 2;
 const T_Q5_1: u8 = 3;
+/// Q8_0, for the group kernel only ([`b32_group`]).
+const T_Q8_0: u8 = 4;
 
 /// Q4_0, Q4_1, Q5_0, Q5_1 (the type is a constant so that each kernel is
 /// straight-line code). Each token's sum is accumulated in the same order
@@ -163,6 +165,11 @@ unsafe fn b32<const T: u8, const N: usize>(w: &[u8], a: &[ActRow<'_>; N], out: &
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn decode_block<const T: u8>(w: &[u8], b: usize) -> (f32, f32, __m256i) {
+    if T == T_Q8_0 {
+        // Signed quants as stored.
+        let p = w.as_ptr().add(34 * b);
+        return (f16_at(p), 0.0, _mm256_loadu_si256(p.add(2) as *const __m256i));
+    }
     let (bb, qs_off) = match T {
         T_Q4_0 => (18, 2),
         T_Q4_1 => (20, 4),
@@ -193,8 +200,8 @@ unsafe fn decode_block<const T: u8>(w: &[u8], b: usize) -> (f32, f32, __m256i) {
 /// prompt's): the group's block scales and sums are read as vectors, so the
 /// scale products of a block are one multiply for all rows (each row takes
 /// its lane with one permute) and the minimums' term one multiply-add.
-/// Bit for bit the result of [`dot_q_rows`] on the same rows. Q8_0 has no
-/// group kernel: false.
+/// Bit for bit the result of [`dot_q_rows`] on the same rows. False for
+/// types without a group kernel (all 32-value types have one).
 ///
 /// # Safety
 /// The CPU must have AVX2, FMA and F16C.
@@ -207,6 +214,7 @@ pub unsafe fn dot_q_group(t: QType, w: &[u8], a: &ActGroup<'_>, out: &mut [[f32;
         QType::Q4_1 => rows_group::<T_Q4_1>(w, rb, a, out),
         QType::Q5_0 => rows_group::<T_Q5_0>(w, rb, a, out),
         QType::Q5_1 => rows_group::<T_Q5_1>(w, rb, a, out),
+        QType::Q8_0 => rows_group::<T_Q8_0>(w, rb, a, out),
         _ => return false,
     }
     true
@@ -231,31 +239,44 @@ unsafe fn b32_group<const T: u8>(w: &[u8], a: &ActGroup<'_>, out: &mut [f32; GRO
     let mut acc = [_mm256_setzero_ps(); GROUP];
     let mut corr = _mm256_setzero_ps();
     let (qs, gd, gs) = (a.qs.as_ptr(), a.d.as_ptr(), a.s.as_ptr());
+    let mut sc = [0f32; GROUP];
     for b in 0..nb {
         let (d, m, q) = decode_block::<T>(w, b);
-        let scales = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_loadu_ps(gd.add(GROUP * b)));
+        // The rows' scale products d·dₐ, one multiply for all eight, stored
+        // and broadcast back one at a time: a broadcast from memory is a
+        // load, where taking a lane out of the vector took one or two
+        // shuffles (`black_box` keeps the compiler from turning the loads
+        // back into those shuffles).
+        _mm256_storeu_ps(sc.as_mut_ptr(), _mm256_mul_ps(_mm256_set1_ps(d), _mm256_loadu_ps(gd.add(GROUP * b))));
+        let scp = std::hint::black_box(sc.as_ptr());
+        let scale = |i: usize| _mm256_broadcast_ss(&*scp.add(i));
         let act = |i: usize| _mm256_loadu_si256(qs.add(i * a.cols + QK * b) as *const __m256i);
         if with_min {
             corr = _mm256_fmadd_ps(_mm256_set1_ps(m), _mm256_loadu_ps(gs.add(GROUP * b)), corr);
             for (i, acc) in acc.iter_mut().enumerate() {
-                let scale = _mm256_permutevar8x32_ps(scales, _mm256_set1_epi32(i as i32));
-                *acc = _mm256_fmadd_ps(udot(q, act(i)), scale, *acc);
+                *acc = _mm256_fmadd_ps(udot(q, act(i)), scale(i), *acc);
             }
         } else {
-            let qs = _mm256_sub_epi8(q, _mm256_set1_epi8(if T == T_Q4_0 { 8 } else { 16 }));
+            // Signed quants: as stored (Q8_0, as in `q8_0_step`), or the
+            // offset taken off (as in `b32_step`).
+            let qs = match T {
+                T_Q8_0 => q,
+                T_Q4_0 => _mm256_sub_epi8(q, _mm256_set1_epi8(8)),
+                _ => _mm256_sub_epi8(q, _mm256_set1_epi8(16)),
+            };
             let qabs = _mm256_sign_epi8(qs, qs);
             for (i, acc) in acc.iter_mut().enumerate() {
                 let av = _mm256_sign_epi8(act(i), qs);
                 let s = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(qabs, av), _mm256_set1_epi16(1)));
-                let scale = _mm256_permutevar8x32_ps(scales, _mm256_set1_epi32(i as i32));
-                *acc = _mm256_fmadd_ps(s, scale, *acc);
+                *acc = _mm256_fmadd_ps(s, scale(i), *acc);
             }
         }
     }
     let mut c = [0f32; GROUP];
     _mm256_storeu_ps(c.as_mut_ptr(), corr);
     for i in 0..GROUP {
-        out[i] = hsum(acc[i]) + c[i];
+        // Q8_0 adds no correction, as `q8_0` (a sum of −0 stays −0).
+        out[i] = if T == T_Q8_0 { hsum(acc[i]) } else { hsum(acc[i]) + c[i] };
     }
 }
 

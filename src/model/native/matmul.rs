@@ -635,12 +635,12 @@ fn acts_from<A: Acts, const N: usize>(a: &A, t0: usize) -> [A::Row<'_>; N] {
 }
 
 /// Tokens a weight tile meets at once: 8 with AVX-512, and with AVX2 for the
-/// 32-value types that have a group kernel; else 4 (the AVX2 k-quant
-/// kernels keep 4 tokens' sums in registers).
+/// 32-value types (their group kernel); else 4 (the AVX2 k-quant kernels
+/// keep 4 tokens' sums in registers).
 fn token_group(set: Set, t: QType) -> usize {
     match (set, t) {
         (Set::Avx512, _) => 8,
-        (Set::Avx2, QType::Q4_0 | QType::Q4_1 | QType::Q5_0 | QType::Q5_1) => GROUP,
+        (Set::Avx2, QType::Q4_0 | QType::Q4_1 | QType::Q5_0 | QType::Q5_1 | QType::Q8_0) => GROUP,
         _ => 4,
     }
 }
@@ -742,12 +742,27 @@ fn dot_n<A: Acts, const N: usize>(
 
 /// Results `o[k][i]` of weight row `r0 + k` and activation row `t0 + i` into
 /// the output.
+/// Each token's results are gathered on the stack first and written with
+/// one copy: scattered one by one they were 16 stores to the same output
+/// line, each reloading the matrix's row count (the compiler cannot tell the
+/// output from the matrix), and 13% of a Qwen 0.5B prompt's time went there.
 fn scatter<const N: usize>(o: &[[f32; N]], w: &QMatrix, r0: usize, t0: usize, out: Out) {
-    for (k, vals) in o.iter().enumerate() {
-        for (i, &v) in vals.iter().enumerate() {
-            // SAFETY: (t0 + i, r) is inside the output and only this task
-            // writes row r.
-            unsafe { *out.0.add((t0 + i) * w.rows + r0 + k) = v };
+    let (rows, n) = (w.rows, o.len().min(TILE));
+    for i in 0..N {
+        let mut col = [0f32; TILE];
+        for (c, vals) in col.iter_mut().zip(o) {
+            *c = vals[i];
+        }
+        // SAFETY: (t0 + i, r0..r0 + n) is inside the output and only this
+        // task writes those rows.
+        unsafe {
+            let to = out.0.add((t0 + i) * rows + r0);
+            // A whole tile's copy has a constant length (two vector stores).
+            if n == TILE {
+                std::ptr::copy_nonoverlapping(col.as_ptr(), to, TILE)
+            } else {
+                std::ptr::copy_nonoverlapping(col.as_ptr(), to, n)
+            }
         }
     }
 }

@@ -672,3 +672,46 @@ fn matmul_throughput() {
         eprintln!("{rows}×{cols} Q4_K, {tokens} tokens: {best:.1} G multiply-adds/s (best of 5)");
     }
 }
+
+/// One weight type's whole products through `matmul` with this CPU's
+/// default kernels, for kernel work on any machine: `THEMISTO_BENCH_TYPE`
+/// (q4_0, q4_1, q5_0, q8_0, q4_k, q6_k; default q4_1), `THEMISTO_BENCH_TOKENS`
+/// (default 1: generation; 512: a prompt) and `THEMISTO_BENCH_SHAPE`
+/// (`ROWSxCOLS`, default 1536x576, SmolLM2's gate). Best of 20, in G
+/// multiply-adds/s. `cargo test --release --lib product_throughput --
+/// --ignored --nocapture`.
+#[test]
+#[ignore]
+fn product_throughput() {
+    let env = |k: &str, d: &str| std::env::var(k).unwrap_or_else(|_| d.to_string());
+    let (dt, q) = match env("THEMISTO_BENCH_TYPE", "q4_1").as_str() {
+        "q4_0" => (GgmlDType::Q4_0, QType::Q4_0),
+        "q5_0" => (GgmlDType::Q5_0, QType::Q5_0),
+        "q8_0" => (GgmlDType::Q8_0, QType::Q8_0),
+        "q4_k" => (GgmlDType::Q4K, QType::Q4K),
+        "q6_k" => (GgmlDType::Q6K, QType::Q6K),
+        _ => (GgmlDType::Q4_1, QType::Q4_1),
+    };
+    let tokens: usize = env("THEMISTO_BENCH_TOKENS", "1").parse().unwrap();
+    let shape = env("THEMISTO_BENCH_SHAPE", "1536x576");
+    let (rows, cols) = shape.split_once('x').map(|(r, c)| (r.parse().unwrap(), c.parse().unwrap())).unwrap();
+    let (w, _) = quantized(dt, q, rows, cols, 1);
+    let x = values(tokens * cols, 3, 1.0);
+    let mut y = vec![0f32; tokens * rows];
+    let kernels = Kernels::detect();
+    let reps = (20_000_000 / (rows * cols * tokens)).clamp(1, 2000);
+    let mut best = 0f64;
+    for _ in 0..20 {
+        let t0 = std::time::Instant::now();
+        for _ in 0..reps {
+            matmul(&mut [(&w, &mut y[..])], &x, tokens, kernels);
+        }
+        best = best.max((rows * cols * tokens * reps) as f64 / t0.elapsed().as_secs_f64() / 1e9);
+    }
+    let sum: f64 = y.iter().map(|&v| v as f64).sum();
+    eprintln!(
+        "{rows}×{cols} {}, {tokens} tokens, {}: {best:.2} G multiply-adds/s (best of 20; Σy {sum:.6e})",
+        q.name(),
+        kernels.name()
+    );
+}
