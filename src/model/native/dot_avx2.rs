@@ -161,7 +161,8 @@ unsafe fn b32<const T: u8, const N: usize>(w: &[u8], a: &[ActRow<'_>; N], out: &
 }
 
 /// Block `b` of a Q4_0, Q4_1, Q5_0 or Q5_1 row: its scale, its minimum (0
-/// for the offset types) and its unsigned quants (0..16 or 0..32).
+/// for the offset types) and its unsigned quants (0..16 or 0..32); of a
+/// Q8_0 row (for the group kernel): its scale, 0 and its signed quants.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn decode_block<const T: u8>(w: &[u8], b: usize) -> (f32, f32, __m256i) {
@@ -198,8 +199,9 @@ unsafe fn decode_block<const T: u8>(w: &[u8], b: usize) -> (f32, f32, __m256i) {
 
 /// [`dot_q_rows`] for a group of [`GROUP`] consecutive activation rows (a
 /// prompt's): the group's block scales and sums are read as vectors, so the
-/// scale products of a block are one multiply for all rows (each row takes
-/// its lane with one permute) and the minimums' term one multiply-add.
+/// scale products of a block are one multiply for all rows (each row reads
+/// its own back with a broadcast load) and the minimums' term one
+/// multiply-add.
 /// Bit for bit the result of [`dot_q_rows`] on the same rows. False for
 /// types without a group kernel (all 32-value types have one).
 ///
