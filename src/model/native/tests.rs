@@ -675,7 +675,7 @@ fn matmul_throughput() {
 
 /// One weight type's whole products through `matmul` with this CPU's
 /// default kernels, for kernel work on any machine: `THEMISTO_BENCH_TYPE`
-/// (q4_0, q4_1, q5_0, q8_0, q4_k, q6_k; default q4_1), `THEMISTO_BENCH_TOKENS`
+/// (any type of `TYPES` by name, e.g. q5_0 or q4_k; default q4_1), `THEMISTO_BENCH_TOKENS`
 /// (default 1: generation; 512: a prompt) and `THEMISTO_BENCH_SHAPE`
 /// (`ROWSxCOLS`, default 1536x576, SmolLM2's gate). Best of 20, in G
 /// multiply-adds/s. `cargo test --release --lib product_throughput --
@@ -684,14 +684,11 @@ fn matmul_throughput() {
 #[ignore]
 fn product_throughput() {
     let env = |k: &str, d: &str| std::env::var(k).unwrap_or_else(|_| d.to_string());
-    let (dt, q) = match env("THEMISTO_BENCH_TYPE", "q4_1").as_str() {
-        "q4_0" => (GgmlDType::Q4_0, QType::Q4_0),
-        "q5_0" => (GgmlDType::Q5_0, QType::Q5_0),
-        "q8_0" => (GgmlDType::Q8_0, QType::Q8_0),
-        "q4_k" => (GgmlDType::Q4K, QType::Q4K),
-        "q6_k" => (GgmlDType::Q6K, QType::Q6K),
-        _ => (GgmlDType::Q4_1, QType::Q4_1),
-    };
+    let want = env("THEMISTO_BENCH_TYPE", "q4_1");
+    let (dt, q) = TYPES
+        .into_iter()
+        .find(|(_, q)| q.name().eq_ignore_ascii_case(&want))
+        .unwrap_or_else(|| panic!("THEMISTO_BENCH_TYPE {want}: not a weight type of `TYPES`"));
     let tokens: usize = env("THEMISTO_BENCH_TOKENS", "1").parse().unwrap();
     let shape = env("THEMISTO_BENCH_SHAPE", "1536x576");
     let (rows, cols) = shape.split_once('x').map(|(r, c)| (r.parse().unwrap(), c.parse().unwrap())).unwrap();
