@@ -146,9 +146,13 @@ pub fn attend_heads(
 }
 
 /// Whether [`attend_pair`] serves `heads` heads a token of width `hd`
-/// with `isa`: AVX-512, two tokens' heads within one call's registers, and
-/// head widths a multiple of 64.
+/// with `isa`: AVX-512 with two tokens' heads within one call's registers
+/// and head widths a multiple of 64, or AVX2 with up to 3 heads a token
+/// and head widths a multiple of 16.
 pub fn pairs_fit(heads: usize, hd: usize, isa: Isa) -> bool {
+    if isa == Isa::Avx2 {
+        return (1..=3).contains(&heads) && hd.is_multiple_of(16) && simd_available();
+    }
     isa == Isa::Avx512 && 2 * heads <= isa.max_heads() && hd.is_multiple_of(64) && {
         #[cfg(target_arch = "x86_64")]
         {
@@ -164,14 +168,28 @@ pub fn pairs_fit(heads: usize, hd: usize, isa: Isa) -> bool {
 /// Two consecutive prompt tokens' `heads` heads of one KV group at once:
 /// `q` and `out` hold the first token's heads then the second's; the first
 /// sees positions `0..kv.n`, the second one more. Each head gets the bits
-/// [`attend_heads`] gives it alone (see `attn_avx512::attend_pair`); only
-/// where [`pairs_fit`]. `scores` needs `2·heads·(kv.n + 1)` values.
+/// [`attend_heads`] gives it alone (see `attn_avx512::attend_pair` and
+/// `attend_pair_avx2`); only where [`pairs_fit`]. `scores` needs
+/// `2·heads·(kv.n + 1)` values.
 pub fn attend_pair(q: &[f32], heads: usize, kv: HeadKv<'_>, scale: f32, scores: &mut [f32], out: &mut [f32], isa: Isa) {
     let HeadKv { k, v, stride, n, .. } = kv;
     let hd = q.len() / (2 * heads);
     assert!(pairs_fit(heads, hd, isa) && q.len() == 2 * heads * hd && out.len() == q.len());
     assert!(hd <= stride && scores.len() >= 2 * heads * (n + 1));
     assert!(k.len() >= n * stride + hd && v.len() >= n * stride + hd);
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 {
+        // SAFETY: `pairs_fit` checked AVX2, FMA and F16C and the head
+        // width; the bounds are checked above.
+        unsafe {
+            match heads {
+                1 => attend_pair_avx2::<2, 4>(q, kv, scale, scores, out),
+                2 => attend_pair_avx2::<4, 2>(q, kv, scale, scores, out),
+                _ => attend_pair_avx2::<6, 2>(q, kv, scale, scores, out),
+            }
+        }
+        return;
+    }
     #[cfg(target_arch = "x86_64")]
     // SAFETY: `pairs_fit` checked AVX-512 F/DQ (with AVX2, FMA, F16C); the
     // bounds are checked above.
@@ -219,31 +237,10 @@ unsafe fn load_h8(p: *const u16) -> __m256 {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn attend_avx2<const G: usize>(q: &[f32], kv: HeadKv<'_>, scale: f32, scores: &mut [f32], out: &mut [f32]) {
-    let HeadKv { k, v, stride, n, .. } = kv;
+    let HeadKv { v, stride, n, .. } = kv;
     let hd = q.len() / G;
-    let qp = q.as_ptr();
     let sp = scores.as_mut_ptr();
-    let mut i = 0;
-    while i + 4 <= n {
-        let kp = [0, 1, 2, 3].map(|c| k.as_ptr().add((i + c) * stride));
-        let mut acc = [[_mm256_setzero_ps(); 4]; G];
-        for j in (0..hd).step_by(8) {
-            for c in 0..4 {
-                let key = load_h8(kp[c].add(j));
-                for (h, a) in acc.iter_mut().enumerate() {
-                    a[c] = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(h * hd + j)), key, a[c]);
-                }
-            }
-        }
-        for (h, a) in acc.iter().enumerate() {
-            let s4 = hsum4(*a);
-            for (c, s) in s4.iter().enumerate() {
-                *sp.add(h * n + i + c) = s * scale;
-            }
-        }
-        i += 4;
-    }
-    score_one_by_one::<G>(q, kv, i, scale, sp, kv.n);
+    scores_avx2_from::<G>(q, kv, 0, scale, sp, n);
     for h in 0..G {
         softmax_avx2(&mut scores[h * n..(h + 1) * n]);
     }
@@ -271,6 +268,159 @@ unsafe fn attend_avx2<const G: usize>(q: &[f32], kv: HeadKv<'_>, scale: f32, sco
         j += 32;
     }
     values_by_8::<G>(kv, sp, hd, j, op);
+}
+
+/// Scores of keys `from..kv.n` (`from` a multiple of 4) for `G` heads as
+/// [`attend_avx2`] computes them: four keys at a time while four are left
+/// (independent FMA chains, one `hsum4`), then one by one; head `h`'s
+/// score of key `i` goes to `sp[h·ns + i]`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn scores_avx2_from<const G: usize>(
+    q: &[f32],
+    kv: HeadKv<'_>,
+    from: usize,
+    scale: f32,
+    sp: *mut f32,
+    ns: usize,
+) {
+    let HeadKv { k, stride, n, .. } = kv;
+    let hd = q.len() / G;
+    let qp = q.as_ptr();
+    let mut i = from;
+    while i + 4 <= n {
+        let kp = [0, 1, 2, 3].map(|c| k.as_ptr().add((i + c) * stride));
+        let mut acc = [[_mm256_setzero_ps(); 4]; G];
+        for j in (0..hd).step_by(8) {
+            for c in 0..4 {
+                let key = load_h8(kp[c].add(j));
+                for (h, a) in acc.iter_mut().enumerate() {
+                    a[c] = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(h * hd + j)), key, a[c]);
+                }
+            }
+        }
+        for (h, a) in acc.iter().enumerate() {
+            let s4 = hsum4(*a);
+            for (c, s) in s4.iter().enumerate() {
+                *sp.add(h * ns + i + c) = s * scale;
+            }
+        }
+        i += 4;
+    }
+    score_one_by_one::<G>(q, kv, i, scale, sp, ns);
+}
+
+/// [`attend_pair`] with AVX2: `R` query rows, the first `R / 2` those of a
+/// token that sees positions `0..kv.n`, the others those of the next token
+/// (one position more); `scores` has `R` rows of `kv.n + 1`. Each row gets
+/// the bits [`attend_avx2`] gives it alone:
+/// - the keys both tokens score in whole fours (`0..4·⌊kv.n/4⌋`) are
+///   scored for all rows at once, `K` keys at a time, each (row, key) the
+///   same FMA chain over the head's values and the same `hsum4` tree (a
+///   lane of `hsum4` depends on its own vector only); the rest of each
+///   token's keys as `attend_avx2` scores them;
+/// - the softmax is per row;
+/// - the weighted values go 16 a row at a time, each the same
+///   multiply-adds in position order (the later token's last position
+///   after the shared ones).
+///
+/// Each key and value is widened once for both tokens, and read once.
+///
+/// # Safety
+/// AVX2, FMA and F16C; the caller checked the bounds; the head width is a
+/// multiple of 16; `R · K ≤ 12` and `R · K` a multiple of 4.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn attend_pair_avx2<const R: usize, const K: usize>(
+    q: &[f32],
+    kv: HeadKv<'_>,
+    scale: f32,
+    scores: &mut [f32],
+    out: &mut [f32],
+) {
+    let g = R / 2;
+    let hd = q.len() / R;
+    let (n0, ns) = (kv.n, kv.n + 1);
+    assert!(hd.is_multiple_of(16) && scores.len() >= R * ns && out.len() == R * hd && g * 2 == R);
+    assert!(R * K <= 12 && (R * K).is_multiple_of(4) && 4 % K == 0);
+    let HeadKv { k, v, stride, .. } = kv;
+    let (qp, sp) = (q.as_ptr(), scores.as_mut_ptr());
+    let shared = n0 / 4 * 4;
+    let mut i = 0;
+    while i < shared {
+        let kp: [*const u16; K] = std::array::from_fn(|c| k.as_ptr().add((i + c) * stride));
+        let mut acc = [[_mm256_setzero_ps(); K]; R];
+        for j in (0..hd).step_by(8) {
+            for c in 0..K {
+                let key = load_h8(kp[c].add(j));
+                for (r, a) in acc.iter_mut().enumerate() {
+                    a[c] = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(r * hd + j)), key, a[c]);
+                }
+            }
+        }
+        // Four (row, key) sums at a time.
+        let flat: &[__m256] = std::slice::from_raw_parts(acc.as_ptr() as *const __m256, R * K);
+        for (f, four) in flat.chunks_exact(4).enumerate() {
+            let s4 = hsum4([four[0], four[1], four[2], four[3]]);
+            for (c, s) in s4.iter().enumerate() {
+                let (r, key) = ((4 * f + c) / K, (4 * f + c) % K);
+                *sp.add(r * ns + i + key) = s * scale;
+            }
+        }
+        i += K;
+    }
+    let later = HeadKv { n: ns, ..kv };
+    match g {
+        1 => {
+            scores_avx2_from::<1>(&q[..hd], kv, shared, scale, sp, ns);
+            scores_avx2_from::<1>(&q[hd..], later, shared, scale, sp.add(ns), ns);
+        }
+        2 => {
+            scores_avx2_from::<2>(&q[..2 * hd], kv, shared, scale, sp, ns);
+            scores_avx2_from::<2>(&q[2 * hd..], later, shared, scale, sp.add(2 * ns), ns);
+        }
+        _ => {
+            scores_avx2_from::<3>(&q[..3 * hd], kv, shared, scale, sp, ns);
+            scores_avx2_from::<3>(&q[3 * hd..], later, shared, scale, sp.add(3 * ns), ns);
+        }
+    }
+    for r in 0..R {
+        let n = if r < g { n0 } else { ns };
+        softmax_avx2(&mut scores[r * ns..r * ns + n]);
+    }
+    let sp = scores.as_ptr();
+    let op = out.as_mut_ptr();
+    for j in (0..hd).step_by(16) {
+        let mut acc = [[_mm256_setzero_ps(); 2]; R];
+        for i in 0..n0 {
+            add_values16(&mut acc, v.as_ptr().add(i * stride + j), sp.add(i), ns, 0);
+        }
+        // The later token's last position, after the shared ones.
+        add_values16(&mut acc, v.as_ptr().add(n0 * stride + j), sp.add(n0), ns, g);
+        for (r, a) in acc.iter().enumerate() {
+            _mm256_storeu_ps(op.add(r * hd + j), a[0]);
+            _mm256_storeu_ps(op.add(r * hd + j + 8), a[1]);
+        }
+    }
+}
+
+/// One position's 16 values at `val`, weighted by each row's probability
+/// (`p[r·ns]`), added to rows `from..R`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn add_values16<const R: usize>(
+    acc: &mut [[__m256; 2]; R],
+    val: *const u16,
+    p: *const f32,
+    ns: usize,
+    from: usize,
+) {
+    let vals = [load_h8(val), load_h8(val.add(8))];
+    for (r, a) in acc.iter_mut().enumerate().skip(from) {
+        let p = _mm256_set1_ps(*p.add(r * ns));
+        a[0] = _mm256_fmadd_ps(p, vals[0], a[0]);
+        a[1] = _mm256_fmadd_ps(p, vals[1], a[1]);
+    }
 }
 
 /// Scores of keys `from..kv.n` one at a time for `G` heads (the keys
@@ -490,32 +640,43 @@ mod tests {
     #[test]
     #[cfg(target_arch = "x86_64")]
     fn token_pairs_give_each_token_alone_bits() {
-        if !attn_avx512::available() {
-            eprintln!("no AVX-512: token pairs not tested");
-            return;
+        for isa in [Isa::Avx2, Isa::Avx512] {
+            if isa == Isa::Avx512 && !attn_avx512::available() || !simd_available() {
+                eprintln!("no {isa:?}: its token pairs not tested");
+                continue;
+            }
+            let dims: &[usize] = if isa == Isa::Avx2 { &[16, 48, 64, 128] } else { &[64, 128] };
+            for &hd in dims {
+                token_pairs_at(isa, hd);
+            }
         }
-        for hd in [64, 128] {
+    }
+
+    /// [`token_pairs_give_each_token_alone_bits`] for one kernel and head width.
+    #[cfg(target_arch = "x86_64")]
+    fn token_pairs_at(isa: Isa, hd: usize) {
+        {
             let stride = hd * 3 + 64;
             for n in (1..=41).chain([63, 64, 65, 97, 130]) {
                 let k = halves(&noise((n + 1) * stride, 7 + n as u64, 2.0));
                 let v = halves(&noise((n + 1) * stride, 300 + n as u64, 3.0));
                 for heads in 1..=3 {
-                    assert!(pairs_fit(heads, hd, Isa::Avx512));
+                    assert!(pairs_fit(heads, hd, isa));
                     let q = noise(2 * heads * hd, (hd * 1000 + n * 10 + heads) as u64, 1.5);
                     let kv = HeadKv { k: &k[hd..], v: &v[hd..], stride, n, stream: false };
                     let mut scores = vec![0f32; 2 * heads * (n + 1)];
                     let mut got = vec![0f32; 2 * heads * hd];
-                    attend_pair(&q, heads, kv, 0.125, &mut scores, &mut got, Isa::Avx512);
+                    attend_pair(&q, heads, kv, 0.125, &mut scores, &mut got, isa);
                     for (t, nt) in [(0, n), (1, n + 1)] {
                         let kv = HeadKv { n: nt, ..kv };
                         let mut s1 = vec![0f32; heads * nt];
                         let mut want = vec![0f32; heads * hd];
                         let qt = &q[t * heads * hd..(t + 1) * heads * hd];
-                        attend_heads(qt, heads, kv, 0.125, &mut s1, &mut want, Isa::Avx512);
+                        attend_heads(qt, heads, kv, 0.125, &mut s1, &mut want, isa);
                         let g = &got[t * heads * hd..(t + 1) * heads * hd];
                         assert!(
                             g.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()),
-                            "head dim {hd}, {n} positions, {heads} heads, token {t}"
+                            "{isa:?}: head dim {hd}, {n} positions, {heads} heads, token {t}"
                         );
                     }
                 }

@@ -198,6 +198,126 @@ pub unsafe fn dot<const N: usize>(
     }
 }
 
+/// [`pack`] in portable code, for CPUs without AVX-512 (the AVX2 block
+/// sums): the same bytes.
+pub fn pack_portable(t: QType, w: &[u8], rows: usize, cols: usize) -> Aligned<u8> {
+    assert!(takes(t), "{} has no block-sum kernel", t.name());
+    let rb = t.row_bytes(cols);
+    assert!(rows * rb == w.len() && cols.is_multiple_of(QK), "packed matrix");
+    let (bb, qs_off) = layout(t);
+    let nb = cols / QK;
+    let tiles = rows.div_ceil(ROWS);
+    let mut out = Aligned::<u8>::zeroed(tiles * nb * PACKED_BLOCK);
+    for tile in 0..tiles {
+        let n = (rows - tile * ROWS).min(ROWS);
+        for b in 0..nb {
+            let o = &mut out[(tile * nb + b) * PACKED_BLOCK..(tile * nb + b + 1) * PACKED_BLOCK];
+            for r in 0..n {
+                let p = &w[(tile * ROWS + r) * rb + bb * b..][..bb];
+                for k in 0..4 {
+                    o[64 * k + 4 * r..64 * k + 4 * r + 4].copy_from_slice(&p[qs_off + 4 * k..qs_off + 4 * k + 4]);
+                }
+                o[256 + 2 * r..256 + 2 * r + 2].copy_from_slice(&p[..2]);
+                if t == QType::Q4_1 {
+                    o[288 + 2 * r..288 + 2 * r + 2].copy_from_slice(&p[2..4]);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The AVX2 block sums: [`dot`]'s results, bit for bit, with 256-bit
+/// vectors and no VNNI. A tile's 16 rows go in two halves of 8; per half,
+/// token and block, eight `vpmaddubsw` of the rows' unsigned quants (4 per
+/// row and vector) with the token's 4 activation quants broadcast give
+/// pair sums (at most 2·15·128 in size), seven 16-bit additions add them up
+/// exactly (at most 30,720) and one `vpmaddwd` gives the 8 rows' integer
+/// sums `C`; then the float step of [`dot`]. The minimums' terms run in a
+/// second pass over the blocks, in block order as well.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C; `out` must have room for
+/// `(N − 1)·stride + rows` values.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dot_avx2<const N: usize>(
+    t: QType,
+    tile: &[u8],
+    rows: usize,
+    a: &[ActRow<'_>; N],
+    out: *mut f32,
+    stride: usize,
+) {
+    let nb = a[0].d.len();
+    assert!(rows <= ROWS && tile.len() == nb * PACKED_BLOCK && takes(t), "packed tile");
+    for r in a {
+        assert!(r.d.len() == nb && r.s.len() == nb && r.qs.len() == nb * QK, "activation rows");
+    }
+    let low = _mm256_set1_epi8(0x0f);
+    let ones = _mm256_set1_epi16(1);
+    for half in 0..2 {
+        if 8 * half >= rows {
+            break;
+        }
+        let h = 32 * half;
+        let mut acc = [_mm256_setzero_ps(); N];
+        for b in 0..nb {
+            let p = tile.as_ptr().add(b * PACKED_BLOCK);
+            if half == 0 {
+                // While generating, the weights stream from memory.
+                super::dot_avx512::prefetch(p, PACKED_BLOCK);
+            }
+            let mut q = [low; 8];
+            for k in 0..4 {
+                let x = _mm256_loadu_si256(p.add(64 * k + h) as *const __m256i);
+                q[k] = _mm256_and_si256(x, low);
+                q[k + 4] = _mm256_and_si256(_mm256_srli_epi16::<4>(x), low);
+            }
+            let d = _mm256_cvtph_ps(_mm_loadu_si128(p.add(256 + h / 2) as *const __m128i));
+            for i in 0..N {
+                let x = a[i].qs.as_ptr().add(QK * b) as *const i32;
+                let bc = |k: usize| _mm256_set1_epi32(std::ptr::read_unaligned(x.add(k)));
+                // Two chains of 16-bit sums, exact (see above).
+                let mut s0 = _mm256_maddubs_epi16(q[0], bc(0));
+                let mut s1 = _mm256_maddubs_epi16(q[1], bc(1));
+                for k in (2..8).step_by(2) {
+                    s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(q[k], bc(k)));
+                    s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(q[k + 1], bc(k + 1)));
+                }
+                let c = _mm256_madd_epi16(_mm256_add_epi16(s0, s1), ones);
+                let da = _mm256_set1_ps(*a[i].d.get_unchecked(b));
+                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c), _mm256_mul_ps(d, da), acc[i]);
+            }
+        }
+        let mut corr = [_mm256_setzero_ps(); N];
+        for b in 0..nb {
+            let p = tile.as_ptr().add(b * PACKED_BLOCK);
+            let m = if t == QType::Q4_1 {
+                _mm256_cvtph_ps(_mm_loadu_si128(p.add(288 + h / 2) as *const __m128i))
+            } else {
+                let d = _mm256_cvtph_ps(_mm_loadu_si128(p.add(256 + h / 2) as *const __m128i));
+                _mm256_mul_ps(d, _mm256_set1_ps(-8.0))
+            };
+            for i in 0..N {
+                corr[i] = _mm256_fmadd_ps(m, _mm256_set1_ps(*a[i].s.get_unchecked(b)), corr[i]);
+            }
+        }
+        let n = (rows - 8 * half).min(8);
+        for i in 0..N {
+            let v = _mm256_add_ps(acc[i], corr[i]);
+            let o = out.add(i * stride + 8 * half);
+            if n == 8 {
+                _mm256_storeu_ps(o, v);
+            } else {
+                let mut tmp = [0f32; 8];
+                _mm256_storeu_ps(tmp.as_mut_ptr(), v);
+                std::ptr::copy_nonoverlapping(tmp.as_ptr(), o, n);
+            }
+        }
+    }
+}
+
 /// The block sums (v3) of one weight row and one activation row, computed
 /// one value at a time: what the kernels must give bit for bit.
 pub fn reference(t: QType, w: &[u8], a: ActRow<'_>) -> f32 {

@@ -89,14 +89,19 @@ impl QMatrix {
     /// call (see [`Kernels::block_sums`]).
     ///
     /// # Panics
-    /// Unless the type has block-sum kernels and the CPU has AVX-512 VNNI.
+    /// Unless the type has block-sum kernels and the CPU has AVX2, FMA and
+    /// F16C (the AVX2 block sums) or AVX-512 VNNI.
     pub fn packed(&self) -> &[u8] {
         self.packed.get_or_init(|| {
-            assert!(super::bsum::takes(self.qtype) && dot_avx512::available(), "no block sums for this matrix");
+            assert!(super::bsum::takes(self.qtype) && dot_avx2::available(), "no block sums for this matrix");
             #[cfg(target_arch = "x86_64")]
             {
-                // SAFETY: checked just above.
-                let packed = unsafe { super::bsum::pack(self.qtype, self.data.as_slice(), self.rows, self.cols) };
+                let packed = if dot_avx512::available() {
+                    // SAFETY: checked just above.
+                    unsafe { super::bsum::pack(self.qtype, self.data.as_slice(), self.rows, self.cols) }
+                } else {
+                    super::bsum::pack_portable(self.qtype, self.data.as_slice(), self.rows, self.cols)
+                };
                 self.data.release();
                 packed
             }
@@ -170,7 +175,7 @@ impl Kernels {
     /// True when Q4_0 and Q4_1 products give the block sums (v3) of
     /// [`super::bsum`].
     pub fn block_sums(self) -> bool {
-        self == Kernels::Simd && self.set() == Set::Avx512
+        self == Kernels::Simd && matches!(self.set(), Set::Avx512 | Set::Avx2)
     }
 
     /// The instructions the quantized products use on this CPU, as run
@@ -184,6 +189,7 @@ impl Kernels {
             Set::Avx512 if self.block_sums() => "AVX-512 VNNI (k-quant sums v2, block sums v3)",
             Set::Avx512 if self == Kernels::Avx512V1 => "AVX-512 VNNI (k-quant sums v1)",
             Set::Avx512 => "AVX-512 VNNI (k-quant sums v2)",
+            Set::Avx2 if self.block_sums() => "AVX2 (block sums v3)",
             Set::Avx2 => "AVX2",
             Set::Scalar => "portable",
         }
@@ -323,7 +329,7 @@ fn run_jobs(
             match (acts, kacts) {
                 (_, Some(a)) if w.qtype.is_kquant() => rows_q(w, a, r0..r1, out, set),
                 #[cfg(target_arch = "x86_64")]
-                (Some(a), _) if bsum && super::bsum::takes(w.qtype) => rows_bsum(w, a, r0..r1, out),
+                (Some(a), _) if bsum && super::bsum::takes(w.qtype) => rows_bsum(w, a, r0..r1, out, set),
                 (Some(a), _) if !w.qtype.is_float() => rows_q(w, a, r0..r1, out, set),
                 _ => rows_f(w, x, cols, tokens, r0..r1, out, set),
             }
@@ -559,14 +565,15 @@ fn rows_q<A: Acts>(w: &QMatrix, a: &A, rows: std::ops::Range<usize>, out: Out, s
 /// per block of tokens, each tile of 16 packed weight rows meets the tokens
 /// 8, 4, 2 or 1 at a time. `rows` starts at a tile.
 #[cfg(target_arch = "x86_64")]
-fn rows_bsum(w: &QMatrix, a: &QActs, rows: std::ops::Range<usize>, out: Out) {
+fn rows_bsum(w: &QMatrix, a: &QActs, rows: std::ops::Range<usize>, out: Out, set: Set) {
     use super::bsum;
     assert!(rows.start.is_multiple_of(bsum::ROWS), "block-sum rows start at a tile");
     let packed = w.packed();
     let tile_bytes = w.cols / QK * bsum::PACKED_BLOCK;
     let tokens = a.rows();
     let block = (TOKEN_BLOCK_BYTES / w.cols.max(1)).max(GROUP) / GROUP * GROUP;
-    let amx = super::amx::available();
+    let avx512 = set == Set::Avx512;
+    let amx = avx512 && super::amx::available();
     for tb in (0..tokens).step_by(block) {
         let te = (tb + block).min(tokens);
         for r0 in rows.clone().step_by(bsum::ROWS) {
@@ -592,22 +599,26 @@ fn rows_bsum(w: &QMatrix, a: &QActs, rows: std::ops::Range<usize>, out: Out) {
             }
             while t < te {
                 let n = match te - t {
-                    n if n >= 8 => 8,
+                    n if n >= 8 && avx512 => 8,
                     n if n >= 4 => 4,
                     n if n >= 2 => 2,
                     _ => 1,
                 };
                 let o = out.0.wrapping_add(t * w.rows + r0);
-                // SAFETY: the block sums are only chosen where
-                // `dot_avx512::available()`; the output has room for rows
+                // SAFETY: the block sums are only chosen with `Set::Avx512`
+                // (`dot_avx512::available()`) or `Set::Avx2`
+                // (`dot_avx2::available()`); the output has room for rows
                 // r0..r0 + n_rows of tokens t..t + n, and only this task
                 // writes those rows.
                 unsafe {
-                    match n {
-                        8 => bsum::dot::<8>(w.qtype, tile, n_rows, &acts_from(a, t), o, w.rows),
-                        4 => bsum::dot::<4>(w.qtype, tile, n_rows, &acts_from(a, t), o, w.rows),
-                        2 => bsum::dot::<2>(w.qtype, tile, n_rows, &acts_from(a, t), o, w.rows),
-                        _ => bsum::dot::<1>(w.qtype, tile, n_rows, &acts_from(a, t), o, w.rows),
+                    match (avx512, n) {
+                        (true, 8) => bsum::dot::<8>(w.qtype, tile, n_rows, &acts_from(a, t), o, w.rows),
+                        (true, 4) => bsum::dot::<4>(w.qtype, tile, n_rows, &acts_from(a, t), o, w.rows),
+                        (true, 2) => bsum::dot::<2>(w.qtype, tile, n_rows, &acts_from(a, t), o, w.rows),
+                        (true, _) => bsum::dot::<1>(w.qtype, tile, n_rows, &acts_from(a, t), o, w.rows),
+                        (false, 4) => bsum::dot_avx2::<4>(w.qtype, tile, n_rows, &acts_from(a, t), o, w.rows),
+                        (false, 2) => bsum::dot_avx2::<2>(w.qtype, tile, n_rows, &acts_from(a, t), o, w.rows),
+                        (false, _) => bsum::dot_avx2::<1>(w.qtype, tile, n_rows, &acts_from(a, t), o, w.rows),
                     }
                 }
                 t += n;

@@ -6,7 +6,7 @@ use super::dot_avx2;
 use super::dot_avx512;
 use super::dot_scalar;
 use super::matmul::{matmul, Bytes, Kernels, QMatrix};
-use super::quant::{dequantize_row, f16_to_f32, KActs, QActs, QType};
+use super::quant::{dequantize_row, f16_to_f32, KActs, QActs, QType, QK};
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
 
@@ -316,13 +316,14 @@ fn each_row_of_a_multi_token_product_equals_the_row_alone() {
 /// The block-sum products of Q4_0 and Q4_1 (`bsum`) give
 /// `bsum::reference` bit for bit on the packed tiles, for token counts that
 /// take every group size (16 on AMX tiles where the CPU grants them, then
-/// 8, 4, 2 and 1 with VNNI), row counts that leave a partial tile, and one
-/// block or many; and each token alone gives the same.
+/// 8, 4, 2 and 1 with VNNI; 4, 2 and 1 with AVX2), row counts that leave a
+/// partial tile, and one block or many; and each token alone gives the
+/// same. The default set runs them on AVX-512 VNNI and on AVX2 machines.
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn block_sums_are_exact_bit_for_bit() {
-    if !dot_avx512::available() {
-        eprintln!("no AVX-512 VNNI: block sums not tested");
+    if !dot_avx2::available() {
+        eprintln!("no AVX2: block sums not tested");
         return;
     }
     assert!(Kernels::Simd.block_sums());
@@ -348,6 +349,60 @@ fn block_sums_are_exact_bit_for_bit() {
                 let mut one = vec![0f32; rows];
                 matmul(&mut [(&w, &mut one[..])], &x[t * cols..], 1, Kernels::Simd);
                 assert_eq!(one, y[t * rows..]);
+            }
+        }
+    }
+}
+
+/// The AVX2 block sums (`bsum::dot_avx2`), called directly so that
+/// AVX-512 machines test them too, give `bsum::reference` bit for bit for
+/// 1, 2 and 4 tokens on whole and partial tiles (one half or both); the
+/// portable packing gives the bytes of the AVX-512 one where it can run.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn avx2_block_sums_are_exact_bit_for_bit() {
+    use super::bsum;
+    if !dot_avx2::available() {
+        eprintln!("no AVX2: AVX2 block sums not tested");
+        return;
+    }
+    for (dt, q) in [(GgmlDType::Q4_0, QType::Q4_0), (GgmlDType::Q4_1, QType::Q4_1)] {
+        for (rows, cols) in [(37usize, 160usize), (16, 576), (5, 32), (12, 1536)] {
+            let (w, _) = quantized(dt, q, rows, cols, 5);
+            let bytes: Vec<u8> = (0..rows).flat_map(|r| w.row(r).to_vec()).collect();
+            let packed = bsum::pack_portable(q, &bytes, rows, cols);
+            if dot_avx512::available() {
+                // SAFETY: AVX-512 VNNI is present.
+                let fast = unsafe { bsum::pack(q, &bytes, rows, cols) };
+                assert_eq!(&packed[..], &fast[..], "{q:?} {rows}×{cols}: packings differ");
+            }
+            let tile_bytes = cols / QK * bsum::PACKED_BLOCK;
+            let x = values(4 * cols, 21, 1.0);
+            let a = QActs::quantize(&x, cols);
+            for r0 in (0..rows).step_by(bsum::ROWS) {
+                let n_rows = (rows - r0).min(bsum::ROWS);
+                let tile = &packed[r0 / bsum::ROWS * tile_bytes..(r0 / bsum::ROWS + 1) * tile_bytes];
+                let mut y = vec![f32::NAN; 4 * rows];
+                // SAFETY: AVX2, FMA and F16C are present; `y` has room for
+                // rows r0..r0 + n_rows of 4, 2 and 1 tokens `rows` apart.
+                unsafe {
+                    let o = y.as_mut_ptr().add(r0);
+                    bsum::dot_avx2::<4>(q, tile, n_rows, &[a.row(0), a.row(1), a.row(2), a.row(3)], o, rows);
+                    let mut two = vec![f32::NAN; 2 * rows];
+                    bsum::dot_avx2::<2>(q, tile, n_rows, &[a.row(2), a.row(3)], two.as_mut_ptr().add(r0), rows);
+                    let mut one = vec![f32::NAN; rows];
+                    bsum::dot_avx2::<1>(q, tile, n_rows, &[a.row(3)], one.as_mut_ptr().add(r0), rows);
+                    for r in r0..r0 + n_rows {
+                        assert_eq!(two[rows + r].to_bits(), y[3 * rows + r].to_bits(), "{q:?} pair, row {r}");
+                        assert_eq!(one[r].to_bits(), y[3 * rows + r].to_bits(), "{q:?} one token, row {r}");
+                    }
+                }
+                for t in 0..4 {
+                    for r in r0..r0 + n_rows {
+                        let want = bsum::reference(q, w.row(r), a.row(t));
+                        assert_eq!(y[t * rows + r].to_bits(), want.to_bits(), "{q:?} {rows}×{cols}: ({t}, {r})");
+                    }
+                }
             }
         }
     }
