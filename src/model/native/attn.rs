@@ -151,7 +151,7 @@ pub fn attend_heads(
 /// and head widths a multiple of 16.
 pub fn pairs_fit(heads: usize, hd: usize, isa: Isa) -> bool {
     if isa == Isa::Avx2 {
-        return (1..=3).contains(&heads) && hd.is_multiple_of(16) && simd_available();
+        return (1..=isa.max_heads()).contains(&heads) && hd.is_multiple_of(16) && simd_available();
     }
     isa == Isa::Avx512 && 2 * heads <= isa.max_heads() && hd.is_multiple_of(64) && {
         #[cfg(target_arch = "x86_64")]
@@ -284,30 +284,51 @@ unsafe fn scores_avx2_from<const G: usize>(
     sp: *mut f32,
     ns: usize,
 ) {
-    let HeadKv { k, stride, n, .. } = kv;
-    let hd = q.len() / G;
-    let qp = q.as_ptr();
     let mut i = from;
-    while i + 4 <= n {
-        let kp = [0, 1, 2, 3].map(|c| k.as_ptr().add((i + c) * stride));
-        let mut acc = [[_mm256_setzero_ps(); 4]; G];
-        for j in (0..hd).step_by(8) {
-            for c in 0..4 {
-                let key = load_h8(kp[c].add(j));
-                for (h, a) in acc.iter_mut().enumerate() {
-                    a[c] = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(h * hd + j)), key, a[c]);
-                }
-            }
-        }
-        for (h, a) in acc.iter().enumerate() {
-            let s4 = hsum4(*a);
-            for (c, s) in s4.iter().enumerate() {
-                *sp.add(h * ns + i + c) = s * scale;
-            }
-        }
+    while i + 4 <= kv.n {
+        score_keys::<G, 4>(q, kv, i, scale, sp, ns);
         i += 4;
     }
     score_one_by_one::<G>(q, kv, i, scale, sp, ns);
+}
+
+/// Scores of keys `i..i + K` for the `R` query rows of `q` (side by side):
+/// per (row, key) an FMA chain over the head's values from zero, then the
+/// `hsum4` tree, four (row, key) sums a call (a lane of `hsum4` depends on
+/// its own vector only, so how they are grouped does not matter); row
+/// `r`'s score of key `i + c` goes to `sp[r·ns + i + c]`. `R · K` must be
+/// a multiple of 4.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn score_keys<const R: usize, const K: usize>(
+    q: &[f32],
+    kv: HeadKv<'_>,
+    i: usize,
+    scale: f32,
+    sp: *mut f32,
+    ns: usize,
+) {
+    let HeadKv { k, stride, .. } = kv;
+    let hd = q.len() / R;
+    let qp = q.as_ptr();
+    let kp: [*const u16; K] = std::array::from_fn(|c| k.as_ptr().add((i + c) * stride));
+    let mut acc = [[_mm256_setzero_ps(); K]; R];
+    for j in (0..hd).step_by(8) {
+        for c in 0..K {
+            let key = load_h8(kp[c].add(j));
+            for (r, a) in acc.iter_mut().enumerate() {
+                a[c] = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(r * hd + j)), key, a[c]);
+            }
+        }
+    }
+    let flat: &[__m256] = std::slice::from_raw_parts(acc.as_ptr() as *const __m256, R * K);
+    for (f, four) in flat.chunks_exact(4).enumerate() {
+        let s4 = hsum4([four[0], four[1], four[2], four[3]]);
+        for (c, s) in s4.iter().enumerate() {
+            let (r, key) = ((4 * f + c) / K, (4 * f + c) % K);
+            *sp.add(r * ns + i + key) = s * scale;
+        }
+    }
 }
 
 /// [`attend_pair`] with AVX2: `R` query rows, the first `R / 2` those of a
@@ -343,31 +364,11 @@ unsafe fn attend_pair_avx2<const R: usize, const K: usize>(
     let (n0, ns) = (kv.n, kv.n + 1);
     assert!(hd.is_multiple_of(16) && scores.len() >= R * ns && out.len() == R * hd && g * 2 == R);
     assert!(R * K <= 12 && (R * K).is_multiple_of(4) && 4 % K == 0);
-    let HeadKv { k, v, stride, .. } = kv;
-    let (qp, sp) = (q.as_ptr(), scores.as_mut_ptr());
+    let HeadKv { v, stride, .. } = kv;
+    let sp = scores.as_mut_ptr();
     let shared = n0 / 4 * 4;
-    let mut i = 0;
-    while i < shared {
-        let kp: [*const u16; K] = std::array::from_fn(|c| k.as_ptr().add((i + c) * stride));
-        let mut acc = [[_mm256_setzero_ps(); K]; R];
-        for j in (0..hd).step_by(8) {
-            for c in 0..K {
-                let key = load_h8(kp[c].add(j));
-                for (r, a) in acc.iter_mut().enumerate() {
-                    a[c] = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(r * hd + j)), key, a[c]);
-                }
-            }
-        }
-        // Four (row, key) sums at a time.
-        let flat: &[__m256] = std::slice::from_raw_parts(acc.as_ptr() as *const __m256, R * K);
-        for (f, four) in flat.chunks_exact(4).enumerate() {
-            let s4 = hsum4([four[0], four[1], four[2], four[3]]);
-            for (c, s) in s4.iter().enumerate() {
-                let (r, key) = ((4 * f + c) / K, (4 * f + c) % K);
-                *sp.add(r * ns + i + key) = s * scale;
-            }
-        }
-        i += K;
+    for i in (0..shared).step_by(K) {
+        score_keys::<R, K>(q, kv, i, scale, sp, ns);
     }
     let later = HeadKv { n: ns, ..kv };
     match g {
@@ -655,30 +656,28 @@ mod tests {
     /// [`token_pairs_give_each_token_alone_bits`] for one kernel and head width.
     #[cfg(target_arch = "x86_64")]
     fn token_pairs_at(isa: Isa, hd: usize) {
-        {
-            let stride = hd * 3 + 64;
-            for n in (1..=41).chain([63, 64, 65, 97, 130]) {
-                let k = halves(&noise((n + 1) * stride, 7 + n as u64, 2.0));
-                let v = halves(&noise((n + 1) * stride, 300 + n as u64, 3.0));
-                for heads in 1..=3 {
-                    assert!(pairs_fit(heads, hd, isa));
-                    let q = noise(2 * heads * hd, (hd * 1000 + n * 10 + heads) as u64, 1.5);
-                    let kv = HeadKv { k: &k[hd..], v: &v[hd..], stride, n, stream: false };
-                    let mut scores = vec![0f32; 2 * heads * (n + 1)];
-                    let mut got = vec![0f32; 2 * heads * hd];
-                    attend_pair(&q, heads, kv, 0.125, &mut scores, &mut got, isa);
-                    for (t, nt) in [(0, n), (1, n + 1)] {
-                        let kv = HeadKv { n: nt, ..kv };
-                        let mut s1 = vec![0f32; heads * nt];
-                        let mut want = vec![0f32; heads * hd];
-                        let qt = &q[t * heads * hd..(t + 1) * heads * hd];
-                        attend_heads(qt, heads, kv, 0.125, &mut s1, &mut want, isa);
-                        let g = &got[t * heads * hd..(t + 1) * heads * hd];
-                        assert!(
-                            g.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()),
-                            "{isa:?}: head dim {hd}, {n} positions, {heads} heads, token {t}"
-                        );
-                    }
+        let stride = hd * 3 + 64;
+        for n in (1..=41).chain([63, 64, 65, 97, 130]) {
+            let k = halves(&noise((n + 1) * stride, 7 + n as u64, 2.0));
+            let v = halves(&noise((n + 1) * stride, 300 + n as u64, 3.0));
+            for heads in 1..=3 {
+                assert!(pairs_fit(heads, hd, isa));
+                let q = noise(2 * heads * hd, (hd * 1000 + n * 10 + heads) as u64, 1.5);
+                let kv = HeadKv { k: &k[hd..], v: &v[hd..], stride, n, stream: false };
+                let mut scores = vec![0f32; 2 * heads * (n + 1)];
+                let mut got = vec![0f32; 2 * heads * hd];
+                attend_pair(&q, heads, kv, 0.125, &mut scores, &mut got, isa);
+                for (t, nt) in [(0, n), (1, n + 1)] {
+                    let kv = HeadKv { n: nt, ..kv };
+                    let mut s1 = vec![0f32; heads * nt];
+                    let mut want = vec![0f32; heads * hd];
+                    let qt = &q[t * heads * hd..(t + 1) * heads * hd];
+                    attend_heads(qt, heads, kv, 0.125, &mut s1, &mut want, isa);
+                    let g = &got[t * heads * hd..(t + 1) * heads * hd];
+                    assert!(
+                        g.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "{isa:?}: head dim {hd}, {n} positions, {heads} heads, token {t}"
+                    );
                 }
             }
         }

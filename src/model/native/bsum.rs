@@ -1,7 +1,8 @@
-//! Block sums (v3): the AVX-512 VNNI products of the 32-value 4-bit types,
-//! Q4_0 and Q4_1, sixteen weight rows at a time. The kernel set
-//! [`super::matmul::Kernels::Simd`] uses them on CPUs with AVX-512 VNNI;
-//! every other type keeps its kernels.
+//! Block sums (v3): the products of the 32-value 4-bit types, Q4_0 and
+//! Q4_1, sixteen weight rows at a time, with AVX-512 VNNI ([`dot`]) or
+//! AVX2 ([`dot_avx2`], the same bits). The kernel set
+//! [`super::matmul::Kernels::Simd`] uses them on CPUs with AVX-512 VNNI
+//! and on CPUs with AVX2 only; every other type keeps its kernels.
 //!
 //! **Numerics.** Each (row, token, block) has its exact integer sum
 //! `C = Σ q_w·q_a` over the block's 32 values, weighted as a float per row
@@ -25,7 +26,8 @@
 //! the number of tokens, so a row of a multi-token product equals the row
 //! alone.
 //!
-//! Every function here requires [`super::dot_avx512::available`].
+//! Every function here but [`pack_portable`], [`dot_avx2`] and
+//! [`reference()`] requires [`super::dot_avx512::available`].
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
@@ -138,6 +140,19 @@ pub(super) unsafe fn scales(t: QType, p: *const u8) -> (__m512, __m512) {
     (d, m)
 }
 
+/// The blocks per row of a kernel call, after checking that `tile` is a
+/// whole packed tile of that many blocks, `rows` fits it and every
+/// activation row has as many blocks (what [`dot`] and [`dot_avx2`] rely on).
+#[cfg(target_arch = "x86_64")]
+fn checked_blocks(t: QType, tile: &[u8], rows: usize, a: &[ActRow<'_>]) -> usize {
+    let nb = a[0].d.len();
+    assert!(rows <= ROWS && tile.len() == nb * PACKED_BLOCK && takes(t), "packed tile");
+    for r in a {
+        assert!(r.d.len() == nb && r.s.len() == nb && r.qs.len() == nb * QK, "activation rows");
+    }
+    nb
+}
+
 /// `out[i·stride + r] = Σ w[r]·a[i]` for the `rows` (at most [`ROWS`])
 /// first rows of the packed tile `tile` and the `N` activation rows `a`.
 ///
@@ -154,11 +169,7 @@ pub unsafe fn dot<const N: usize>(
     out: *mut f32,
     stride: usize,
 ) {
-    let nb = a[0].d.len();
-    assert!(rows <= ROWS && tile.len() == nb * PACKED_BLOCK && takes(t), "packed tile");
-    for r in a {
-        assert!(r.d.len() == nb && r.s.len() == nb && r.qs.len() == nb * QK, "activation rows");
-    }
+    let nb = checked_blocks(t, tile, rows, a);
     let low = _mm512_set1_epi8(0x0f);
     let mut acc = [_mm512_setzero_ps(); N];
     let mut corr = [_mm512_setzero_ps(); N];
@@ -249,11 +260,7 @@ pub unsafe fn dot_avx2<const N: usize>(
     out: *mut f32,
     stride: usize,
 ) {
-    let nb = a[0].d.len();
-    assert!(rows <= ROWS && tile.len() == nb * PACKED_BLOCK && takes(t), "packed tile");
-    for r in a {
-        assert!(r.d.len() == nb && r.s.len() == nb && r.qs.len() == nb * QK, "activation rows");
-    }
+    let nb = checked_blocks(t, tile, rows, a);
     let low = _mm256_set1_epi8(0x0f);
     let ones = _mm256_set1_epi16(1);
     for half in 0..2 {

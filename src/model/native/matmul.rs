@@ -124,12 +124,15 @@ impl QMatrix {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kernels {
     /// The best SIMD set this CPU has: AVX-512 (F, BW, VL) with VNNI for the
-    /// quantized products where present, else AVX2/FMA/F16C. Attention runs
+    /// quantized products where present, else AVX2/FMA/F16C; Q4_0 and Q4_1
+    /// with the block sums (v3) of [`super::bsum`] on either. Attention runs
     /// its 512-bit kernel where AVX-512 F/DQ are present (bit-identical to
     /// the AVX2 one, see [`super::attn::Isa`]); SiLU and the KV cache use AVX2.
     Simd,
-    /// The AVX2/FMA/F16C products even where AVX-512 is present (for tests
-    /// and comparisons); attention and the other operations use AVX2 too.
+    /// The AVX2/FMA/F16C products without the block sums, even where
+    /// AVX-512 is present (for tests and comparisons, and for the results of
+    /// AVX2 machines before the AVX2 block sums); attention and the other
+    /// operations use AVX2 too.
     Avx2,
     /// `Simd` with the AVX-512 k-quant products of themisto before the
     /// sub-block order (see [`super::dot_avx512::KBlock`]): they scale each
@@ -563,7 +566,7 @@ fn rows_q<A: Acts>(w: &QMatrix, a: &A, rows: std::ops::Range<usize>, out: Out, s
 
 /// [`rows_q`] for the block sums (v3) of Q4_0 and Q4_1 ([`super::bsum`]):
 /// per block of tokens, each tile of 16 packed weight rows meets the tokens
-/// 8, 4, 2 or 1 at a time. `rows` starts at a tile.
+/// 8 (AVX-512 only), 4, 2 or 1 at a time. `rows` starts at a tile.
 #[cfg(target_arch = "x86_64")]
 fn rows_bsum(w: &QMatrix, a: &QActs, rows: std::ops::Range<usize>, out: Out, set: Set) {
     use super::bsum;

@@ -51,7 +51,8 @@ use std::path::Path;
 const CHUNK: usize = 512;
 
 /// Environment variable that forces the portable kernels (`scalar`), the
-/// AVX2 products where AVX-512 is present (`avx2`), the AVX-512 products
+/// AVX2 products without the block sums, also where AVX-512 is present
+/// (`avx2`, see [`Kernels::Avx2`]), the AVX-512 products
 /// without the block sums (`avx512`, see [`Kernels::Avx512`]), or
 /// the AVX-512 k-quant products of before the sub-block order (`avx512-v1`,
 /// see [`Kernels::Avx512V1`]).
