@@ -1,8 +1,10 @@
 //! The KV cache and causal attention over it.
 //!
 //! Per layer, keys and values are half floats (see [`super::attn`]),
-//! position-major: position `p` of KV head `g` lives at
-//! `[p * kv_dim + g * head_dim ..][..head_dim]`. Storage
+//! head-major: position `p` of KV head `g` lives at
+//! `[(g * cap + p) * head_dim ..][..head_dim]`, so that the positions one
+//! head reads are contiguous in memory (a generated token reads each head's
+//! from memory, which a stride over all heads made slower). Storage
 //! grows by doubling (amortized O(1) per token, never past the model window)
 //! and is kept when the cache is cut back, so [`KvCache::truncate`] is O(1):
 //! it only moves the length. A prompt that shares a prefix with the cached
@@ -23,6 +25,7 @@ pub struct HeadShape {
 #[derive(Debug, Clone)]
 pub struct KvCache {
     kv_dim: usize,
+    head_dim: usize,
     max: usize,
     len: usize,
     cap: usize,
@@ -31,10 +34,15 @@ pub struct KvCache {
 }
 
 impl KvCache {
-    /// An empty cache for `layers` layers of `kv_dim` values per position,
-    /// holding at most `max` positions.
-    pub fn new(layers: usize, kv_dim: usize, max: usize) -> KvCache {
-        KvCache { kv_dim, max, len: 0, cap: 0, k: vec![Vec::new(); layers], v: vec![Vec::new(); layers] }
+    /// An empty cache for `layers` layers of `kv_dim` values per position
+    /// (KV heads of `head_dim` values), holding at most `max` positions.
+    pub fn new(layers: usize, kv_dim: usize, head_dim: usize, max: usize) -> KvCache {
+        assert!(head_dim > 0 && kv_dim.is_multiple_of(head_dim));
+        KvCache { kv_dim, head_dim, max, len: 0, cap: 0, k: vec![Vec::new(); layers], v: vec![Vec::new(); layers] }
+    }
+
+    fn kv_heads(&self) -> usize {
+        self.kv_dim / self.head_dim
     }
 
     /// Cached positions.
@@ -74,9 +82,16 @@ impl KvCache {
         }
     }
 
+    /// New storage for `cap` positions, each head's positions moved to
+    /// their place in it.
     fn grow_to(&mut self, cap: usize) {
+        let (old, hd) = (self.cap, self.head_dim);
         for buf in self.k.iter_mut().chain(self.v.iter_mut()) {
             buf.resize(cap * self.kv_dim, 0);
+            // Later heads first: a head's new place starts at or after its old one.
+            for g in (1..self.kv_dim / hd).rev() {
+                buf.copy_within(g * old * hd..(g + 1) * old * hd, g * cap * hd);
+            }
         }
         self.cap = cap;
     }
@@ -86,9 +101,11 @@ impl KvCache {
     pub fn copy_prefix_from(&mut self, other: &KvCache, len: usize) {
         assert!(len <= other.len && self.kv_dim == other.kv_dim && self.k.len() == other.k.len());
         self.reserve(len);
-        let n = len * self.kv_dim;
+        let hd = self.head_dim;
         for (dst, src) in self.k.iter_mut().zip(&other.k).chain(self.v.iter_mut().zip(&other.v)) {
-            dst[..n].copy_from_slice(&src[..n]);
+            for g in 0..self.kv_dim / hd {
+                dst[g * self.cap * hd..][..len * hd].copy_from_slice(&src[g * other.cap * hd..][..len * hd]);
+            }
         }
         self.len = len;
     }
@@ -99,8 +116,14 @@ impl KvCache {
         let n = k.len() / self.kv_dim;
         assert!(pos + n <= self.cap && v.len() == k.len(), "KV write outside reserved room");
         let simd = kernels != Kernels::Scalar;
-        attn::store_f16(k, &mut self.k[layer][pos * self.kv_dim..(pos + n) * self.kv_dim], simd);
-        attn::store_f16(v, &mut self.v[layer][pos * self.kv_dim..(pos + n) * self.kv_dim], simd);
+        let (hd, cap) = (self.head_dim, self.cap);
+        for (src, buf) in [(k, &mut self.k[layer]), (v, &mut self.v[layer])] {
+            for (t, row) in src.chunks_exact(self.kv_dim).enumerate() {
+                for (g, head) in row.chunks_exact(hd).enumerate() {
+                    attn::store_f16(head, &mut buf[(g * cap + pos + t) * hd..][..hd], simd);
+                }
+            }
+        }
     }
 
     /// Mark `len` positions as filled (after every layer was written).
@@ -128,7 +151,8 @@ impl KvCache {
         per_head: bool,
     ) {
         let HeadShape { heads, head_dim } = shape;
-        let kv_heads = self.kv_dim / head_dim;
+        assert_eq!(head_dim, self.head_dim, "the cache's head width");
+        let kv_heads = self.kv_heads();
         let group = heads / kv_heads;
         let scale = 1.0 / (head_dim as f32).sqrt();
         let (keys, vals) = (&self.k[layer], &self.v[layer]);
@@ -144,8 +168,8 @@ impl KvCache {
             let (t, h) = (h0 / heads, h0 % heads);
             let n = pos + t + 1;
             let g = h / group;
-            let off = g * head_dim;
-            let kv = attn::HeadKv { k: &keys[off..], v: &vals[off..], stride: self.kv_dim, n, stream };
+            let off = g * self.cap * head_dim;
+            let kv = attn::HeadKv { k: &keys[off..], v: &vals[off..], stride: head_dim, n, stream };
             let mut done = 0;
             for c in 0..calls {
                 let hs = per_task / calls + usize::from(c < per_task % calls);
@@ -177,8 +201,8 @@ impl KvCache {
                 scores.resize(2 * group * (self.max + 1), 0.0);
             }
             ob.resize(2 * gw, 0.0);
-            let off = g * head_dim;
-            let kv = attn::HeadKv { k: &keys[off..], v: &vals[off..], stride: self.kv_dim, n, stream: false };
+            let off = g * self.cap * head_dim;
+            let kv = attn::HeadKv { k: &keys[off..], v: &vals[off..], stride: head_dim, n, stream: false };
             qb.clear();
             qb.extend_from_slice(&q[t * qd + g * gw..t * qd + (g + 1) * gw]);
             qb.extend_from_slice(&q[(t + 1) * qd + g * gw..(t + 1) * qd + (g + 1) * gw]);
@@ -306,4 +330,54 @@ thread_local! {
     /// allocates nothing once they have. Borrowed only around kernel calls,
     /// which start no parallel work, so a borrow never nests.
     static BUFS: std::cell::RefCell<Bufs> = Default::default();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn noise(len: usize, seed: u32) -> Vec<f32> {
+        (0..len)
+            .map(|i| ((i as u32).wrapping_mul(2654435761).wrapping_add(seed) % 2001) as f32 / 1000.0 - 1.0)
+            .collect()
+    }
+
+    /// The last position's attention output over the whole cache.
+    fn last_output(c: &KvCache, q: &[f32], shape: HeadShape) -> Vec<f32> {
+        let mut out = vec![0f32; q.len()];
+        c.attention(0, q, c.len() - 1, shape, &mut out, Kernels::Simd, false);
+        out
+    }
+
+    /// Growing the storage (which moves every head's positions), writing a
+    /// token at a time or all at once, and copying a prefix into a cache of
+    /// another capacity all give the same keys and values at the same
+    /// places: attention over them gives the same bits.
+    #[test]
+    fn head_major_storage_survives_growth_and_copies() {
+        let (hd, kv_heads, heads, n) = (16, 2, 4, 300);
+        let kvd = kv_heads * hd;
+        let shape = HeadShape { heads, head_dim: hd };
+        let (k, v) = (noise(n * kvd, 1), noise(n * kvd, 2));
+        let q = noise(heads * hd, 3);
+        let mut grown = KvCache::new(1, kvd, hd, 1024);
+        for p in 0..n {
+            grown.reserve(p + 1);
+            grown.write(0, p, &k[p * kvd..(p + 1) * kvd], &v[p * kvd..(p + 1) * kvd], Kernels::Simd);
+            grown.set_len(p + 1);
+        }
+        assert_eq!(grown.capacity(), 512, "grown twice, past data");
+        let mut once = KvCache::new(1, kvd, hd, 1024);
+        once.reserve_exact(n);
+        once.write(0, 0, &k, &v, Kernels::Simd);
+        once.set_len(n);
+        assert_eq!(last_output(&grown, &q, shape), last_output(&once, &q, shape));
+        let mut copy = KvCache::new(1, kvd, hd, 1024);
+        copy.copy_prefix_from(&grown, 200);
+        once.truncate(200);
+        assert_eq!(last_output(&copy, &q, shape), last_output(&once, &q, shape));
+        // The first head alone differs from the second (the heads are apart).
+        let out = last_output(&copy, &q, shape);
+        assert_ne!(out[..hd], out[2 * hd..3 * hd]);
+    }
 }

@@ -179,7 +179,7 @@ impl NativeModel {
         self.caches.truncate(n);
         self.tokens.truncate(n);
         while self.caches.len() < n {
-            self.caches.push(KvCache::new(cfg.layers, cfg.kv_dim(), cfg.context));
+            self.caches.push(KvCache::new(cfg.layers, cfg.kv_dim(), cfg.head_dim, cfg.context));
             self.tokens.push(Vec::new());
         }
     }
