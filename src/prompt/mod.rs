@@ -398,7 +398,14 @@ impl<'a> PromptBuilder<'a> {
         let budget = self.prompt_budget();
         while walk.chosen.len() <= step {
             let k = walk.chosen.len();
-            let (choice, floor) = shared::next_window(k, walk.floor, budget, |w, b| self.step_fits(traj, k, w, b))?;
+            // The runtime rows each variant's share allows do not depend on
+            // the window: counted once for all the windows tried.
+            let mut rows = [0usize; 4];
+            for (r, (task, runtime)) in rows.iter_mut().zip(Self::VARIANTS) {
+                *r = self.rows_within_share(&ContextSource::new(traj, k, task, runtime, self.settings.repr_chars))?;
+            }
+            let (choice, floor) =
+                shared::next_window(k, walk.floor, budget, |w, b| self.step_fits(traj, k, w, b, &rows))?;
             walk.chosen.push(choice.map(shared::window));
             walk.floor = floor;
         }
@@ -406,11 +413,21 @@ impl<'a> PromptBuilder<'a> {
     }
 
     /// Whether all four prompts of a step fit `budget` tokens with window `w`
-    /// (runtime variants with every row their share allows).
-    fn step_fits(&self, traj: &Trajectory, step: usize, w: shared::Window, budget: usize) -> Result<bool, PromptError> {
-        for (task, runtime) in Self::VARIANTS {
+    /// (variant `i` with `rows[i]` runtime rows, every row its share
+    /// allows). The variants are tried from the last ([`Self::VARIANTS`]
+    /// order), the output prompt with runtime, usually the longest: a window
+    /// that does not fit is then mostly told by one prompt.
+    fn step_fits(
+        &self,
+        traj: &Trajectory,
+        step: usize,
+        w: shared::Window,
+        budget: usize,
+        rows: &[usize; 4],
+    ) -> Result<bool, PromptError> {
+        for (&(task, runtime), &rows) in Self::VARIANTS.iter().zip(rows).rev() {
             let src = ContextSource::new(traj, step, task, runtime, self.settings.repr_chars);
-            let shape = Self::window_shape(w, self.rows_within_share(&src)?);
+            let shape = Self::window_shape(w, rows);
             let (text, _) = self.render(self.template(task, runtime), &src, &shape)?;
             if self.tokens_of(&text)?.len() > budget {
                 return Ok(false);
