@@ -85,11 +85,11 @@ impl KvCache {
     /// New storage for `cap` positions, each head's positions moved to
     /// their place in it.
     fn grow_to(&mut self, cap: usize) {
-        let (old, hd) = (self.cap, self.head_dim);
+        let (old, hd, heads) = (self.cap, self.head_dim, self.kv_heads());
         for buf in self.k.iter_mut().chain(self.v.iter_mut()) {
             buf.resize(cap * self.kv_dim, 0);
             // Later heads first: a head's new place starts at or after its old one.
-            for g in (1..self.kv_dim / hd).rev() {
+            for g in (1..heads).rev() {
                 buf.copy_within(g * old * hd..(g + 1) * old * hd, g * cap * hd);
             }
         }
@@ -99,11 +99,12 @@ impl KvCache {
     /// Make this cache hold the first `len` positions of `other` (a cache
     /// of the same shape), copying them.
     pub fn copy_prefix_from(&mut self, other: &KvCache, len: usize) {
-        assert!(len <= other.len && self.kv_dim == other.kv_dim && self.k.len() == other.k.len());
+        assert!(len <= other.len && (self.kv_dim, self.head_dim) == (other.kv_dim, other.head_dim));
+        assert_eq!(self.k.len(), other.k.len());
         self.reserve(len);
-        let hd = self.head_dim;
+        let (hd, heads) = (self.head_dim, self.kv_heads());
         for (dst, src) in self.k.iter_mut().zip(&other.k).chain(self.v.iter_mut().zip(&other.v)) {
-            for g in 0..self.kv_dim / hd {
+            for g in 0..heads {
                 dst[g * self.cap * hd..][..len * hd].copy_from_slice(&src[g * other.cap * hd..][..len * hd]);
             }
         }
