@@ -52,6 +52,29 @@ fn layout(t: QType) -> (usize, usize) {
     }
 }
 
+/// The sizes [`pack`] and [`pack_portable`] work with.
+struct Packing {
+    /// Bytes of a row in the file.
+    rb: usize,
+    /// Bytes of a block in the file, and the offset of its quants.
+    bb: usize,
+    qs_off: usize,
+    /// Blocks a row.
+    nb: usize,
+    /// Tiles of [`ROWS`] rows.
+    tiles: usize,
+}
+
+/// The sizes of packing the `rows × cols` matrix `w` of type `t`, after
+/// checking that the type has block sums and that `w` is that matrix.
+fn packing(t: QType, w: &[u8], rows: usize, cols: usize) -> Packing {
+    assert!(takes(t), "{} has no block-sum kernel", t.name());
+    let rb = t.row_bytes(cols);
+    assert!(rows * rb == w.len() && cols.is_multiple_of(QK), "packed matrix");
+    let (bb, qs_off) = layout(t);
+    Packing { rb, bb, qs_off, nb: cols / QK, tiles: rows.div_ceil(ROWS) }
+}
+
 /// Bytes of one block of a tile in the packed layout: the 16 rows' quant
 /// bytes transposed by 4 (four 64-byte vectors: vector `k` holds bytes
 /// `4k..4k + 4` of every row, row `r` at `4r`), then the 16 rows' scales
@@ -68,12 +91,7 @@ pub const PACKED_BLOCK: usize = 4 * 64 + 2 * 32;
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub unsafe fn pack(t: QType, w: &[u8], rows: usize, cols: usize) -> Aligned<u8> {
-    assert!(takes(t), "{} has no block-sum kernel", t.name());
-    let rb = t.row_bytes(cols);
-    assert!(rows * rb == w.len() && cols.is_multiple_of(QK), "packed matrix");
-    let (bb, qs_off) = layout(t);
-    let nb = cols / QK;
-    let tiles = rows.div_ceil(ROWS);
+    let Packing { rb, bb, qs_off, nb, tiles } = packing(t, w, rows, cols);
     // On a cache line, as are then all blocks (5 lines each).
     let mut out = Aligned::<u8>::zeroed(tiles * nb * PACKED_BLOCK);
     for tile in 0..tiles {
@@ -212,12 +230,7 @@ pub unsafe fn dot<const N: usize>(
 /// [`pack`] in portable code, for CPUs without AVX-512 (the AVX2 block
 /// sums): the same bytes.
 pub fn pack_portable(t: QType, w: &[u8], rows: usize, cols: usize) -> Aligned<u8> {
-    assert!(takes(t), "{} has no block-sum kernel", t.name());
-    let rb = t.row_bytes(cols);
-    assert!(rows * rb == w.len() && cols.is_multiple_of(QK), "packed matrix");
-    let (bb, qs_off) = layout(t);
-    let nb = cols / QK;
-    let tiles = rows.div_ceil(ROWS);
+    let Packing { rb, bb, qs_off, nb, tiles } = packing(t, w, rows, cols);
     let mut out = Aligned::<u8>::zeroed(tiles * nb * PACKED_BLOCK);
     for tile in 0..tiles {
         let n = (rows - tile * ROWS).min(ROWS);
