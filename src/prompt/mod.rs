@@ -318,13 +318,20 @@ impl<'a> PromptBuilder<'a> {
             });
         }
         let index = Self::VARIANTS.iter().position(|v| *v == (sample.task, sample.runtime)).expect("four variants");
-        let mut last = self.last_step.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(p) = last.as_ref().filter(|p| p.step == sample.step && p.trajectory == *traj) {
-            return Ok(p.outcomes[index].clone());
+        // The locks are held only to look and to store, never while
+        // building: a builder may serve threads of different priorities
+        // (see `run::ahead`), and what it builds does not depend on which
+        // thread asks first.
+        {
+            let last = self.last_step.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(p) = last.as_ref().filter(|p| p.step == sample.step && p.trajectory == *traj) {
+                return Ok(p.outcomes[index].clone());
+            }
         }
         let outcomes = self.build_step(traj, sample.step)?;
         let out = outcomes[index].clone();
-        *last = Some(StepPrompts { trajectory: traj.clone(), step: sample.step, outcomes });
+        *self.last_step.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some(StepPrompts { trajectory: traj.clone(), step: sample.step, outcomes });
         Ok(out)
     }
 
@@ -385,16 +392,19 @@ impl<'a> PromptBuilder<'a> {
 
     /// `--fit shared`: the window of a step, walking its trajectory from
     /// the first step (each trajectory once; later steps continue the walk).
+    /// The walk is copied out and extended without the lock held (see
+    /// [`Self::build`]); a longer walk of the same trajectory is stored back.
     fn window_of(&self, traj: &Trajectory, step: usize) -> Result<Option<shared::Window>, PromptError> {
-        let mut walks = self.walks.lock().unwrap_or_else(|e| e.into_inner());
-        let walk = walks.entry(traj.id.clone()).or_insert_with(|| Walk {
-            trajectory: traj.clone(),
-            chosen: Vec::new(),
-            floor: 0,
-        });
-        if walk.trajectory != *traj {
-            *walk = Walk { trajectory: traj.clone(), chosen: Vec::new(), floor: 0 };
-        }
+        let known = {
+            let walks = self.walks.lock().unwrap_or_else(|e| e.into_inner());
+            match walks.get(&traj.id) {
+                Some(w) if w.trajectory == *traj && w.chosen.len() > step => return Ok(w.chosen[step]),
+                Some(w) if w.trajectory == *traj => Some((w.chosen.clone(), w.floor)),
+                _ => None,
+            }
+        };
+        let (chosen, floor) = known.unwrap_or_default();
+        let mut walk = Walk { trajectory: traj.clone(), chosen, floor };
         let budget = self.prompt_budget();
         while walk.chosen.len() <= step {
             let k = walk.chosen.len();
@@ -409,7 +419,16 @@ impl<'a> PromptBuilder<'a> {
             walk.chosen.push(choice.map(shared::window));
             walk.floor = floor;
         }
-        Ok(walk.chosen[step])
+        let window = walk.chosen[step];
+        let mut walks = self.walks.lock().unwrap_or_else(|e| e.into_inner());
+        let longer = match walks.get(&traj.id) {
+            Some(w) => w.trajectory != *traj || w.chosen.len() < walk.chosen.len(),
+            None => true,
+        };
+        if longer {
+            walks.insert(traj.id.clone(), walk);
+        }
+        Ok(window)
     }
 
     /// Whether all four prompts of a step fit `budget` tokens with window `w`

@@ -8,7 +8,9 @@
 //! prefix any slot (busy or idle) shares with its prompt was copied there,
 //! so the four prompts of a step compute their common history once and a
 //! prompt can go on from one that ran two samples before. Prompts are read
-//! one at a time, between decoding passes. Every row of a pass is computed
+//! one at a time, between decoding passes; their prompts are mostly built
+//! ahead, in the time the model's threads leave idle ([`super::ahead`]).
+//! Every row of a pass is computed
 //! as it would be alone, so predictions equal those of one sample at a
 //! time; records are handed on in sample order. A pass's time is shared
 //! equally by the samples in it.
@@ -20,6 +22,7 @@
 //! give several tokens, and the cache is cut back to the confirmed ones.
 //! The tokens chosen are the same as without drafts.
 
+use super::ahead::Ahead;
 use super::sample::{self, Prep, Prepared, SampleContext};
 use super::RunError;
 use crate::data::samples::Sample;
@@ -82,7 +85,14 @@ pub fn run_batched(
     let slots = (how.batch + SPARE_SLOTS).min(model.max_slots()).max(1);
     let how = Batching { batch: how.batch.clamp(1, slots), lookup: if model.exact_rows() { how.lookup } else { 0 } };
     model.set_slots(slots)?;
-    let result = schedule(ctx, todo, model, slots, how, &mut emit);
+    let ahead = Ahead::new(ctx, todo);
+    let result = std::thread::scope(|scope| {
+        scope.spawn(|| ahead.help());
+        // Stops the helper however `schedule` ends (a panic too: the
+        // scope waits for the helper).
+        let _stop = ahead.stopper();
+        schedule(ctx, todo, &ahead, model, slots, how, &mut emit)
+    });
     model.set_slots(1)?;
     result
 }
@@ -90,6 +100,7 @@ pub fn run_batched(
 fn schedule(
     ctx: &SampleContext<'_>,
     todo: &[&Sample],
+    ahead: &Ahead<'_, '_>,
     model: &mut dyn LanguageModel,
     slots: usize,
     how: Batching,
@@ -110,7 +121,7 @@ fn schedule(
             let index = next_sample;
             next_sample += 1;
             let s = todo[index];
-            let prepared = match sample::prepare(ctx, s) {
+            let prepared = match ahead.take(index) {
                 Ok(Prep::Ready(p)) => p,
                 Ok(Prep::Skipped(rec)) => {
                     finished.insert(index, rec);

@@ -11,6 +11,7 @@
 //! - [`folder`]: preparing and checking the run folder.
 //! - [`sample`]: one sample through prompt, decoder, cleaning and scores.
 
+pub mod ahead;
 pub mod batch;
 pub mod folder;
 pub mod sample;

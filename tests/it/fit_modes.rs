@@ -130,3 +130,31 @@ fn resume_refuses_another_fit_and_old_folders_resume_as_independent() {
     assert!(err.contains("prompt.fit"), "{err}");
     folder::prepare(&independent, &options(&old_dir)).unwrap();
 }
+
+/// The runner builds prompts on two threads (`run::ahead`): one builder
+/// asked by two threads at once, in opposite orders, gives every sample the
+/// prompt that one thread asking in order gives it.
+#[test]
+fn a_builder_shared_by_threads_gives_the_prompts_of_one() {
+    common::default_model();
+    let cfg = prompt_config(&["--limit", "10", "--context-tokens", "2048"]);
+    let dataset = themisto::data::load(&cfg.data_spec()).unwrap();
+    let (samples, _) = themisto::run::select_samples(&cfg, &dataset).unwrap();
+    let (card, tokenizer) = themisto::model::open_tokenizer(&cfg.model, &FetchOptions::from_env()).unwrap();
+    let text = |o: FitOutcome| match o {
+        FitOutcome::Fitted(p) => (p.text, p.tokens, p.window, p.shared_prefix_tokens),
+        FitOutcome::Skipped { .. } => panic!("skipped"),
+    };
+    let alone = PromptBuilder::new(&tokenizer, card.prompt_format, cfg.prompt.clone(), vec![]).unwrap();
+    let want: Vec<_> = samples.iter().map(|s| text(alone.build(&dataset, s).unwrap())).collect();
+    let shared = PromptBuilder::new(&tokenizer, card.prompt_format, cfg.prompt.clone(), vec![]).unwrap();
+    let (forward, backward) = std::thread::scope(|scope| {
+        let f = scope.spawn(|| samples.iter().map(|s| text(shared.build(&dataset, s).unwrap())).collect::<Vec<_>>());
+        let mut b: Vec<_> = samples.iter().rev().map(|s| text(shared.build(&dataset, s).unwrap())).collect();
+        b.reverse();
+        (f.join().unwrap(), b)
+    });
+    assert_eq!(want.len(), 40);
+    assert!(forward == want, "forward thread");
+    assert!(backward == want, "backward thread");
+}
