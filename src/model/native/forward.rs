@@ -167,9 +167,8 @@ impl Transformer {
         // entry's last one: only its logits are returned).
         let mut m = n;
         for (l, lw) in self.w.layers.iter().enumerate() {
-            for t in 0..n {
-                ops::rms_norm(&x[t * h..(t + 1) * h], &lw.attn_norm, cfg.eps, &mut xn[t * h..(t + 1) * h]);
-            }
+            let xs: &[f32] = x;
+            each_row(&mut xn[..n * h], h, |t, row| ops::rms_norm(&xs[t * h..(t + 1) * h], &lw.attn_norm, cfg.eps, row));
             matmul(&mut [(&lw.wq, &mut q[..]), (&lw.wk, &mut k[..]), (&lw.wv, &mut v[..])], xn, n, kernels);
             if let Some([bq, bk, bv]) = &lw.bias {
                 add_rows(q, bq);
@@ -180,14 +179,14 @@ impl Transformer {
                 norm_heads(q, nq, cfg.eps, head);
                 norm_heads(k, nk, cfg.eps, head);
             }
-            for t in 0..n {
-                let c = &rope[t * half..(t + 1) * half];
-                for hq in q[t * qd..(t + 1) * qd].chunks_exact_mut(hd) {
-                    ops::rope(hq, c, cfg.rope_neox);
-                }
-                for hk in k[t * kvd..(t + 1) * kvd].chunks_exact_mut(hd) {
-                    ops::rope(hk, c, cfg.rope_neox);
-                }
+            let rope: &[(f32, f32)] = rope;
+            for (y, width) in [(&mut q[..n * qd], qd), (&mut k[..n * kvd], kvd)] {
+                each_row(y, width, |t, row| {
+                    let c = &rope[t * half..(t + 1) * half];
+                    for head in row.chunks_exact_mut(hd) {
+                        ops::rope(head, c, cfg.rope_neox);
+                    }
+                });
             }
             for ((slot, _), &(r0, len, p)) in feed.iter().zip(spans.iter()) {
                 caches[slot].write(l, p, &k[r0 * kvd..(r0 + len) * kvd], &v[r0 * kvd..(r0 + len) * kvd], kernels);
@@ -220,18 +219,16 @@ impl Transformer {
             each_entry(feed, spans, 0, att, qd, &attend);
             let o = &mut o_buf[..m * h];
             matmul(&mut [(&lw.wo, &mut o[..])], att, m, kernels);
-            add_assign(&mut x[..m * h], o);
+            add_rows_of(&mut x[..m * h], o, h);
             let xns = &mut xn[..m * h];
-            for t in 0..m {
-                ops::rms_norm(&x[t * h..(t + 1) * h], &lw.ffn_norm, cfg.eps, &mut xns[t * h..(t + 1) * h]);
-            }
+            let xs: &[f32] = x;
+            each_row(xns, h, |t, row| ops::rms_norm(&xs[t * h..(t + 1) * h], &lw.ffn_norm, cfg.eps, row));
             let (g, u) = (&mut g_buf[..m * cfg.ff], &mut u_buf[..m * cfg.ff]);
             matmul(&mut [(&lw.w_gate, &mut g[..]), (&lw.w_up, &mut u[..])], xns, m, kernels);
-            for (gr, ur) in g.chunks_exact_mut(cfg.ff).zip(u.chunks_exact(cfg.ff)) {
-                ops::silu_mul(gr, ur, kernels != Kernels::Scalar);
-            }
+            let (ff, us): (usize, &[f32]) = (cfg.ff, u);
+            each_row(g, ff, |t, row| ops::silu_mul(row, &us[t * ff..(t + 1) * ff], kernels != Kernels::Scalar));
             matmul(&mut [(&lw.w_down, &mut o[..])], g, m, kernels);
-            add_assign(&mut x[..m * h], o);
+            add_rows_of(&mut x[..m * h], o, h);
         }
         for ((slot, _), &(_, len, p)) in feed.iter().zip(spans.iter()) {
             caches[slot].set_len(p + len);
@@ -254,6 +251,29 @@ fn add_assign(x: &mut [f32], y: &[f32]) {
     for (a, b) in x.iter_mut().zip(y) {
         *a += b;
     }
+}
+
+/// Rows from which [`each_row`] runs on rayon's pool (a prompt's chunk;
+/// a decoding pass's few rows stay on the calling thread).
+const PAR_ROWS: usize = 64;
+
+/// `f(t, row)` for each row `t` of `y` (rows of `width` values), on
+/// rayon's pool when there are [`PAR_ROWS`] rows or more. Each row's
+/// result does not depend on where it runs.
+fn each_row(y: &mut [f32], width: usize, f: impl Fn(usize, &mut [f32]) + Sync + Send) {
+    use rayon::prelude::{IndexedParallelIterator, ParallelIterator, ParallelSliceMut};
+    if y.len() >= PAR_ROWS * width && rayon::current_num_threads() > 1 {
+        y.par_chunks_mut(width).enumerate().with_min_len(16).for_each(|(t, row)| f(t, row));
+    } else {
+        for (t, row) in y.chunks_mut(width).enumerate() {
+            f(t, row);
+        }
+    }
+}
+
+/// `x += y`, row by row (rows of `width` values; see [`each_row`]).
+fn add_rows_of(x: &mut [f32], y: &[f32], width: usize) {
+    each_row(x, width, |t, row| add_assign(row, &y[t * width..(t + 1) * width]));
 }
 
 /// Run `f` on each entry of `feed` from `first` on, with its span and its
