@@ -8,11 +8,10 @@
 //! prefix any slot (busy or idle) shares with its prompt was copied there,
 //! so the four prompts of a step compute their common history once and a
 //! prompt can go on from one that ran two samples before. Prompts are read
-//! one at a time, between decoding passes; their prompts are mostly built
-//! ahead, in the time the model's threads leave idle ([`super::ahead`]).
-//! Every row of a pass is computed
-//! as it would be alone, so predictions equal those of one sample at a
-//! time; records are handed on in sample order. A pass's time is shared
+//! one at a time, between decoding passes, and mostly built ahead in the
+//! time the model's threads leave idle ([`super::ahead`]). Every row of a
+//! pass is computed as it would be alone, so predictions equal those of one
+//! sample at a time; records are handed on in sample order. A pass's time is shared
 //! equally by the samples in it.
 //!
 //! With prompt lookup decoding (`lookup` > 0, on engines with

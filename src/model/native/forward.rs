@@ -219,7 +219,7 @@ impl Transformer {
             each_entry(feed, spans, 0, att, qd, &attend);
             let o = &mut o_buf[..m * h];
             matmul(&mut [(&lw.wo, &mut o[..])], att, m, kernels);
-            add_rows_of(&mut x[..m * h], o, h);
+            add_assign_by_rows(&mut x[..m * h], o, h);
             let xns = &mut xn[..m * h];
             let xs: &[f32] = x;
             each_row(xns, h, |t, row| ops::rms_norm(&xs[t * h..(t + 1) * h], &lw.ffn_norm, cfg.eps, row));
@@ -228,7 +228,7 @@ impl Transformer {
             let (ff, us): (usize, &[f32]) = (cfg.ff, u);
             each_row(g, ff, |t, row| ops::silu_mul(row, &us[t * ff..(t + 1) * ff], kernels != Kernels::Scalar));
             matmul(&mut [(&lw.w_down, &mut o[..])], g, m, kernels);
-            add_rows_of(&mut x[..m * h], o, h);
+            add_assign_by_rows(&mut x[..m * h], o, h);
         }
         for ((slot, _), &(_, len, p)) in feed.iter().zip(spans.iter()) {
             caches[slot].set_len(p + len);
@@ -272,7 +272,7 @@ fn each_row(y: &mut [f32], width: usize, f: impl Fn(usize, &mut [f32]) + Sync + 
 }
 
 /// `x += y`, row by row (rows of `width` values; see [`each_row`]).
-fn add_rows_of(x: &mut [f32], y: &[f32], width: usize) {
+fn add_assign_by_rows(x: &mut [f32], y: &[f32], width: usize) {
     each_row(x, width, |t, row| add_assign(row, &y[t * width..(t + 1) * width]));
 }
 
