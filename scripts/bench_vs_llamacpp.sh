@@ -16,7 +16,15 @@
 # best this CPU has, for both programs; avx2: llama.cpp built without AVX-512 and AVX-VNNI
 # into $THEMISTO_HOME/llamacpp/build-avx2, and themisto run with
 # THEMISTO_NATIVE_KERNELS=avx2, so that the AVX2 kernels of both can be compared on an
-# AVX-512 machine).
+# AVX-512 machine), RUN (the arguments of a whole `themisto run`, e.g. "--limit 5" or
+# "--protocol themisto"; default: none).
+#
+# With RUN set, a whole run of the first MODEL follows the table, measured in one go as
+# issue 9 asks: llama-bench's pp and tg on that model, the run (the process's wall
+# time, model loading included), llama-bench again; then the run's wall time over
+# llama.cpp's one-by-one cost of its tokens (prompt tokens / pp + generated tokens / tg,
+# from the run's results.json), with llama.cpp's figures from before and from after.
+# With THEMISTO_PHASES=1 the run also prints where its passes spent their time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -86,9 +94,20 @@ build_llamacpp() {
   echo "$opts" >"$BUILD/themisto-options"
 }
 
+RUN=${RUN:-}
 [ -x "$THEMISTO" ] || cargo build --release
 build_llamacpp
 LLAMA_BENCH=$BUILD/bin/llama-bench
+
+# llama-bench's pp and tg (tokens/s) on a GGUF file, as two words.
+llama_pp_tg() {
+  "$LLAMA_BENCH" -m "$1" -p "$PP" -n "$TG" -r "$REPEATS" -t "$THREADS" -o json | python3 -c '
+import json, sys
+rows = json.load(sys.stdin)
+pp = [r["avg_ts"] for r in rows if r["n_gen"] == 0]
+tg = [r["avg_ts"] for r in rows if r["n_prompt"] == 0]
+print(pp[0], tg[0])'
+}
 
 rows=()
 for m in "${MODELS[@]}"; do
@@ -97,6 +116,7 @@ for m in "${MODELS[@]}"; do
   ours=$("$THEMISTO" bench-model --model "$m" --prompt-tokens "$PP" --gen-tokens "$TG" --repeats "$REPEATS" \
     --threads "$THREADS" --json)
   path=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["model"]["path"])' <<<"$ours")
+  [ -n "${first_path:-}" ] || first_path=$path
   log "$m: llama-bench on $path"
   theirs=$("$LLAMA_BENCH" -m "$path" -p "$PP" -n "$TG" -r "$REPEATS" -t "$THREADS" -o json)
   rows+=("$(python3 - "$m" "$PP" "$TG" <<PY
@@ -125,3 +145,32 @@ echo
 echo "| model | weights | themisto pp$PP | llama.cpp pp$PP | ratio | themisto tg$TG | llama.cpp tg$TG | ratio |"
 echo "|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"
+
+if [ -n "$RUN" ]; then
+  m=${MODELS[0]}
+  path=$first_path
+  out=$(mktemp -d)
+  log "$m: one go: llama-bench, themisto run $RUN, llama-bench"
+  read -r pp0 tg0 < <(llama_pp_tg "$path")
+  t0=$(date +%s.%N)
+  # shellcheck disable=SC2086 # RUN is a list of arguments
+  "$THEMISTO" run --model "$m" --threads "$THREADS" --quiet --out "$out/run" $RUN >"$out/log" 2>&1 \
+    || { cat "$out/log" >&2; exit 1; }
+  t1=$(date +%s.%N)
+  read -r pp1 tg1 < <(llama_pp_tg "$path")
+  # The run's summary line (and, with THEMISTO_PHASES=1, where its passes spent their time).
+  grep -E '^(prompt|decoding passes)' "$out/log" >&2 || true
+  python3 - "$out/run/results.json" "$t0" "$t1" "$pp0" "$tg0" "$pp1" "$tg1" "$m" "$RUN" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))["throughput"]
+t0, t1, pp0, tg0, pp1, tg1 = map(float, sys.argv[2:8])
+wall, p, g = t1 - t0, r["prompt_tokens"], r["generated_tokens"]
+print(f"\nthemisto run {sys.argv[9]} ({sys.argv[8]}): {wall:.1f} s, {p} prompt tokens "
+      f"({100 * r['reuse_share']:.0f}% reused), {g} generated")
+for when, pp, tg in (("before", pp0, tg0), ("after", pp1, tg1)):
+    cost = p / pp + g / tg
+    print(f"llama.cpp {when}: pp {pp:.1f}, tg {tg:.1f} tokens/s; one by one {cost:.1f} s; "
+          f"the run took {wall / cost:.3f}x of it")
+PY
+  rm -rf "$out"
+fi

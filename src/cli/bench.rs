@@ -62,6 +62,9 @@ pub fn execute(args: BenchArgs) -> anyhow::Result<()> {
         batch: args.batch.max(1),
     };
     let r = bench::bench(loaded.model.as_mut(), &loaded.tokenizer, &cfg)?;
+    if let Some(phases) = crate::model::native::phases::take_report() {
+        eprint!("{phases}");
+    }
     let threads = candle_core::utils::get_num_threads();
     if args.json {
         let v = serde_json::json!({

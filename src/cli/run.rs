@@ -267,6 +267,9 @@ pub fn execute(args: RunArgs) -> anyhow::Result<()> {
     fetch.progress = !args.quiet;
     let opts = RunOptions { out: out.clone(), resume: args.resume, progress: !args.quiet, fetch };
     let results = run::run(&cfg, &opts)?;
+    if let Some(phases) = crate::model::native::phases::take_report() {
+        eprint!("{phases}");
+    }
     super::write_report_md(&out, &results)?;
     print!("{}", crate::report::table::groups_table(&results.groups));
     if let Some(t) = &results.throughput {

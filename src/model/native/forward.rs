@@ -15,6 +15,7 @@ use super::config::Config;
 use super::kv::{HeadShape, KvCache};
 use super::matmul::{matmul, Kernels, QMatrix};
 use super::ops;
+use super::phases::{Clock, Phase};
 use crate::model::arch::Arch;
 use crate::model::Feed;
 
@@ -145,6 +146,8 @@ impl Transformer {
             spans.push((n, tokens.len(), caches[slot].len()));
             n += tokens.len();
         }
+        // Prompt chunks want fewer rows of logits than they feed.
+        let mut clock = Clock::start(feed.total_rows() < n, n);
         let x = room(x, n * h);
         for (t, &tok) in feed.iter().flat_map(|(_, t)| t).enumerate() {
             self.w.embed.dequantize_row(tok as usize, &mut x[t * h..(t + 1) * h]);
@@ -166,10 +169,13 @@ impl Transformer {
         // Rows that go on (all of them, but in the last layer only each
         // entry's last one: only its logits are returned).
         let mut m = n;
+        let (nu, hu, qdu, kvdu, ffu) = (n as u64, h as u64, qd as u64, kvd as u64, cfg.ff as u64);
         for (l, lw) in self.w.layers.iter().enumerate() {
             let xs: &[f32] = x;
             each_row(&mut xn[..n * h], h, |t, row| ops::rms_norm(&xs[t * h..(t + 1) * h], &lw.attn_norm, cfg.eps, row));
+            clock.lap(Phase::Other, 0);
             matmul(&mut [(&lw.wq, &mut q[..]), (&lw.wk, &mut k[..]), (&lw.wv, &mut v[..])], xn, n, kernels);
+            clock.lap(Phase::Products, nu * hu * (qdu + 2 * kvdu));
             if let Some([bq, bk, bv]) = &lw.bias {
                 add_rows(q, bq);
                 add_rows(k, bk);
@@ -215,36 +221,57 @@ impl Transformer {
             let attend = |(slot, _): (usize, &[u32]), &(r0, len, p): &(usize, usize, usize), out: &mut [f32]| {
                 caches[slot].attention(l, &q[r0 * qd..(r0 + len) * qd], p, shape, out, kernels, per_head);
             };
+            clock.lap(Phase::Other, 0);
             // Entries side by side (each may still split its heads).
             each_entry(feed, spans, 0, att, qd, &attend);
+            clock.lap(Phase::Attention, attention_macs(spans, qd));
             let o = &mut o_buf[..m * h];
+            let mu = m as u64;
             matmul(&mut [(&lw.wo, &mut o[..])], att, m, kernels);
+            clock.lap(Phase::Products, mu * qdu * hu);
             add_assign_by_rows(&mut x[..m * h], o, h);
             let xns = &mut xn[..m * h];
             let xs: &[f32] = x;
             each_row(xns, h, |t, row| ops::rms_norm(&xs[t * h..(t + 1) * h], &lw.ffn_norm, cfg.eps, row));
             let (g, u) = (&mut g_buf[..m * cfg.ff], &mut u_buf[..m * cfg.ff]);
+            clock.lap(Phase::Other, 0);
             matmul(&mut [(&lw.w_gate, &mut g[..]), (&lw.w_up, &mut u[..])], xns, m, kernels);
+            clock.lap(Phase::Products, 2 * mu * hu * ffu);
             let (ff, us): (usize, &[f32]) = (cfg.ff, u);
             each_row(g, ff, |t, row| ops::silu_mul(row, &us[t * ff..(t + 1) * ff], kernels != Kernels::Scalar));
+            clock.lap(Phase::Other, 0);
             matmul(&mut [(&lw.w_down, &mut o[..])], g, m, kernels);
+            clock.lap(Phase::Products, mu * ffu * hu);
             add_assign_by_rows(&mut x[..m * h], o, h);
         }
         for ((slot, _), &(_, len, p)) in feed.iter().zip(spans.iter()) {
             caches[slot].set_len(p + len);
         }
-        let Some(logits) = logits else { return };
+        let Some(logits) = logits else {
+            clock.lap(Phase::Other, 0);
+            return;
+        };
         let xn = &mut xn[..m * h];
         for t in 0..m {
             ops::rms_norm(&x[t * h..(t + 1) * h], &self.w.out_norm, cfg.eps, &mut xn[t * h..(t + 1) * h]);
         }
         assert_eq!(logits.len(), m * self.w.output.rows, "a row of logits per entry");
+        clock.lap(Phase::Other, 0);
         matmul(&mut [(&self.w.output, logits)], xn, m, kernels);
+        clock.lap(Phase::Logits, (m * h * self.w.output.rows) as u64);
     }
 
     pub fn arch(&self) -> Arch {
         self.cfg.arch
     }
+}
+
+/// Multiply-adds of one layer's attention for the rows of `spans` (entries'
+/// first row, rows, cached positions before them): each query head's row
+/// scores and weighs every position it sees, `2 · q_dim` per position.
+fn attention_macs(spans: &[(usize, usize, usize)], qd: usize) -> u64 {
+    let seen: usize = spans.iter().map(|&(_, len, p)| len * p + len * (len + 1) / 2).sum();
+    (2 * qd * seen) as u64
 }
 
 fn add_assign(x: &mut [f32], y: &[f32]) {
@@ -308,5 +335,18 @@ fn norm_heads(x: &mut [f32], w: &[f32], eps: f32, tmp: &mut [f32]) {
     for head in x.chunks_exact_mut(w.len()) {
         ops::rms_norm(head, w, eps, tmp);
         head.copy_from_slice(tmp);
+    }
+}
+
+#[cfg(test)]
+mod phase_tests {
+    use super::attention_macs;
+
+    #[test]
+    fn attention_counts_every_position_each_row_sees() {
+        // Three rows after 10 cached positions see 11, 12 and 13; one row
+        // after 4 sees 5: 41 positions, 2 · q_dim multiply-adds each.
+        assert_eq!(attention_macs(&[(0, 3, 10), (3, 1, 4)], 576), 41 * 2 * 576);
+        assert_eq!(attention_macs(&[], 576), 0);
     }
 }

@@ -35,6 +35,7 @@ pub mod kv;
 pub mod loader;
 pub mod matmul;
 pub mod ops;
+pub mod phases;
 pub mod quant;
 #[cfg(test)]
 mod tests;
