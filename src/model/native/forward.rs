@@ -169,13 +169,12 @@ impl Transformer {
         // Rows that go on (all of them, but in the last layer only each
         // entry's last one: only its logits are returned).
         let mut m = n;
-        let (nu, hu, qdu, kvdu, ffu) = (n as u64, h as u64, qd as u64, kvd as u64, cfg.ff as u64);
         for (l, lw) in self.w.layers.iter().enumerate() {
             let xs: &[f32] = x;
             each_row(&mut xn[..n * h], h, |t, row| ops::rms_norm(&xs[t * h..(t + 1) * h], &lw.attn_norm, cfg.eps, row));
             clock.lap(Phase::Other, 0);
             matmul(&mut [(&lw.wq, &mut q[..]), (&lw.wk, &mut k[..]), (&lw.wv, &mut v[..])], xn, n, kernels);
-            clock.lap(Phase::Products, nu * hu * (qdu + 2 * kvdu));
+            clock.lap(Phase::Products, n * h * (qd + 2 * kvd));
             if let Some([bq, bk, bv]) = &lw.bias {
                 add_rows(q, bq);
                 add_rows(k, bk);
@@ -226,9 +225,8 @@ impl Transformer {
             each_entry(feed, spans, 0, att, qd, &attend);
             clock.lap(Phase::Attention, attention_macs(spans, qd));
             let o = &mut o_buf[..m * h];
-            let mu = m as u64;
             matmul(&mut [(&lw.wo, &mut o[..])], att, m, kernels);
-            clock.lap(Phase::Products, mu * qdu * hu);
+            clock.lap(Phase::Products, m * qd * h);
             add_assign_by_rows(&mut x[..m * h], o, h);
             let xns = &mut xn[..m * h];
             let xs: &[f32] = x;
@@ -236,12 +234,12 @@ impl Transformer {
             let (g, u) = (&mut g_buf[..m * cfg.ff], &mut u_buf[..m * cfg.ff]);
             clock.lap(Phase::Other, 0);
             matmul(&mut [(&lw.w_gate, &mut g[..]), (&lw.w_up, &mut u[..])], xns, m, kernels);
-            clock.lap(Phase::Products, 2 * mu * hu * ffu);
+            clock.lap(Phase::Products, 2 * m * h * cfg.ff);
             let (ff, us): (usize, &[f32]) = (cfg.ff, u);
             each_row(g, ff, |t, row| ops::silu_mul(row, &us[t * ff..(t + 1) * ff], kernels != Kernels::Scalar));
             clock.lap(Phase::Other, 0);
             matmul(&mut [(&lw.w_down, &mut o[..])], g, m, kernels);
-            clock.lap(Phase::Products, mu * ffu * hu);
+            clock.lap(Phase::Products, m * cfg.ff * h);
             add_assign_by_rows(&mut x[..m * h], o, h);
         }
         for ((slot, _), &(_, len, p)) in feed.iter().zip(spans.iter()) {
@@ -252,13 +250,12 @@ impl Transformer {
             return;
         };
         let xn = &mut xn[..m * h];
-        for t in 0..m {
-            ops::rms_norm(&x[t * h..(t + 1) * h], &self.w.out_norm, cfg.eps, &mut xn[t * h..(t + 1) * h]);
-        }
+        let xs: &[f32] = x;
+        each_row(xn, h, |t, row| ops::rms_norm(&xs[t * h..(t + 1) * h], &self.w.out_norm, cfg.eps, row));
         assert_eq!(logits.len(), m * self.w.output.rows, "a row of logits per entry");
         clock.lap(Phase::Other, 0);
         matmul(&mut [(&self.w.output, logits)], xn, m, kernels);
-        clock.lap(Phase::Logits, (m * h * self.w.output.rows) as u64);
+        clock.lap(Phase::Logits, m * h * self.w.output.rows);
     }
 
     pub fn arch(&self) -> Arch {
@@ -269,9 +266,8 @@ impl Transformer {
 /// Multiply-adds of one layer's attention for the rows of `spans` (entries'
 /// first row, rows, cached positions before them): each query head's row
 /// scores and weighs every position it sees, `2 · q_dim` per position.
-fn attention_macs(spans: &[(usize, usize, usize)], qd: usize) -> u64 {
-    let seen: usize = spans.iter().map(|&(_, len, p)| len * p + len * (len + 1) / 2).sum();
-    (2 * qd * seen) as u64
+fn attention_macs(spans: &[(usize, usize, usize)], qd: usize) -> usize {
+    2 * qd * spans.iter().map(|&(_, len, p)| len * p + len * (len + 1) / 2).sum::<usize>()
 }
 
 fn add_assign(x: &mut [f32], y: &[f32]) {

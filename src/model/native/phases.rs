@@ -77,12 +77,12 @@ impl Clock {
     }
 
     /// Charge the time since the last lap, and `macs` multiply-adds, to `phase`.
-    pub fn lap(&mut self, phase: Phase, macs: u64) {
+    pub fn lap(&mut self, phase: Phase, macs: usize) {
         let Some(k) = self.kind else { return };
         let now = Instant::now();
         let t = &TOTALS[k];
         t.ns[phase as usize].fetch_add((now - self.at).as_nanos() as u64, Ordering::Relaxed);
-        t.macs[phase as usize].fetch_add(macs, Ordering::Relaxed);
+        t.macs[phase as usize].fetch_add(macs as u64, Ordering::Relaxed);
         self.at = now;
     }
 }
