@@ -49,6 +49,21 @@ impl<T: Plain> Aligned<T> {
         self.lines.resize(lines, Line([0; 64]));
         self.len = len;
     }
+
+    /// Make this at least `len` values long, keeping the values it holds
+    /// (new ones are zeros); storage is kept when it is large enough.
+    pub fn grow(&mut self, len: usize) {
+        if len > self.len {
+            let lines = (len * std::mem::size_of::<T>()).div_ceil(64);
+            if lines > self.lines.len() {
+                self.lines.resize(lines, Line([0; 64]));
+            }
+            // Values past the old length may hold old bytes: zero them.
+            let old = self.len;
+            self.len = len;
+            self[old..].fill(T::default());
+        }
+    }
 }
 
 impl<T: Plain> Deref for Aligned<T> {

@@ -11,6 +11,7 @@
 //! row is computed exactly as it would be alone. A pass's buffers
 //! ([`Scratch`]) are the caller's, reused from pass to pass.
 
+use super::aligned::Aligned;
 use super::config::Config;
 use super::kv::{HeadShape, KvCache};
 use super::matmul::{matmul, Kernels, QMatrix};
@@ -56,16 +57,16 @@ pub struct Scratch {
     spans: Vec<(usize, usize, usize)>,
     /// (cos, sin) of every rotary frequency at each row's position.
     rope: Vec<(f32, f32)>,
-    x: Vec<f32>,
-    xn: Vec<f32>,
-    q: Vec<f32>,
-    k: Vec<f32>,
-    v: Vec<f32>,
-    att: Vec<f32>,
-    o: Vec<f32>,
-    g: Vec<f32>,
-    u: Vec<f32>,
-    head: Vec<f32>,
+    x: Aligned<f32>,
+    xn: Aligned<f32>,
+    q: Aligned<f32>,
+    k: Aligned<f32>,
+    v: Aligned<f32>,
+    att: Aligned<f32>,
+    o: Aligned<f32>,
+    g: Aligned<f32>,
+    u: Aligned<f32>,
+    head: Aligned<f32>,
 }
 
 impl Scratch {
@@ -94,10 +95,8 @@ impl Scratch {
 
 /// The first `n` values of `buf`, grown when it is shorter (values left
 /// from an earlier pass stay until overwritten: every use writes first).
-fn room(buf: &mut Vec<f32>, n: usize) -> &mut [f32] {
-    if buf.len() < n {
-        buf.resize(n, 0.0);
-    }
+fn room(buf: &mut Aligned<f32>, n: usize) -> &mut [f32] {
+    buf.grow(n);
     &mut buf[..n]
 }
 

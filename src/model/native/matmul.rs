@@ -600,28 +600,30 @@ fn rows_bsum(w: &QMatrix, a: &QActs, rows: std::ops::Range<usize>, out: Out, set
                     }
                 });
             }
+            if avx512 {
+                // SAFETY: the block sums are only chosen with `Set::Avx512`
+                // (`dot_avx512::available()`); the output has room for rows
+                // r0..r0 + n_rows of tokens t..te, and only this task writes
+                // those rows.
+                unsafe { bsum::dot(w.qtype, tile, n_rows, a, t..te, out.0.wrapping_add(t * w.rows + r0), w.rows) };
+                continue;
+            }
             while t < te {
                 let n = match te - t {
-                    n if n >= 8 && avx512 => 8,
                     n if n >= 4 => 4,
                     n if n >= 2 => 2,
                     _ => 1,
                 };
                 let o = out.0.wrapping_add(t * w.rows + r0);
-                // SAFETY: the block sums are only chosen with `Set::Avx512`
-                // (`dot_avx512::available()`) or `Set::Avx2`
-                // (`dot_avx2::available()`); the output has room for rows
-                // r0..r0 + n_rows of tokens t..t + n, and only this task
-                // writes those rows.
+                // SAFETY: without AVX-512 the block sums are only chosen with
+                // `Set::Avx2` (`dot_avx2::available()`); the output has room
+                // for rows r0..r0 + n_rows of tokens t..t + n, and only this
+                // task writes those rows.
                 unsafe {
-                    match (avx512, n) {
-                        (true, 8) => bsum::dot::<8>(w.qtype, tile, n_rows, &acts_from(a, t), o, w.rows),
-                        (true, 4) => bsum::dot::<4>(w.qtype, tile, n_rows, &acts_from(a, t), o, w.rows),
-                        (true, 2) => bsum::dot::<2>(w.qtype, tile, n_rows, &acts_from(a, t), o, w.rows),
-                        (true, _) => bsum::dot::<1>(w.qtype, tile, n_rows, &acts_from(a, t), o, w.rows),
-                        (false, 4) => bsum::dot_avx2::<4>(w.qtype, tile, n_rows, &acts_from(a, t), o, w.rows),
-                        (false, 2) => bsum::dot_avx2::<2>(w.qtype, tile, n_rows, &acts_from(a, t), o, w.rows),
-                        (false, _) => bsum::dot_avx2::<1>(w.qtype, tile, n_rows, &acts_from(a, t), o, w.rows),
+                    match n {
+                        4 => bsum::dot_avx2::<4>(w.qtype, tile, n_rows, &acts_from(a, t), o, w.rows),
+                        2 => bsum::dot_avx2::<2>(w.qtype, tile, n_rows, &acts_from(a, t), o, w.rows),
+                        _ => bsum::dot_avx2::<1>(w.qtype, tile, n_rows, &acts_from(a, t), o, w.rows),
                     }
                 }
                 t += n;
