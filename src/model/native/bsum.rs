@@ -158,19 +158,6 @@ pub(super) unsafe fn scales(t: QType, p: *const u8) -> (__m512, __m512) {
     (d, m)
 }
 
-/// The blocks per row of a kernel call, after checking that `tile` is a
-/// whole packed tile of that many blocks, `rows` fits it and every
-/// activation row has as many blocks (what [`dot`] and [`dot_avx2`] rely on).
-#[cfg(target_arch = "x86_64")]
-fn checked_blocks(t: QType, tile: &[u8], rows: usize, a: &[ActRow<'_>]) -> usize {
-    let nb = a[0].d.len();
-    assert!(rows <= ROWS && tile.len() == nb * PACKED_BLOCK && takes(t), "packed tile");
-    for r in a {
-        assert!(r.d.len() == nb && r.s.len() == nb && r.qs.len() == nb * QK, "activation rows");
-    }
-    nb
-}
-
 /// `out[(t − ts.start)·stride + r] = Σ w[r]·a[t]` for the `rows` (at most
 /// [`ROWS`]) first rows of the packed tile `tile` and the activation rows
 /// `ts` of `a`: 8 tokens at a time, then 4, 2 and 1 (each token's lanes see
@@ -192,17 +179,7 @@ pub unsafe fn dot(
     out: *mut f32,
     stride: usize,
 ) {
-    let nb = tile.len() / PACKED_BLOCK;
-    assert!(rows <= ROWS && tile.len() == nb * PACKED_BLOCK && takes(t), "packed tile");
-    assert!(a.cols == nb * QK && ts.end <= a.rows(), "activation rows");
-    assert!(a.d.len() >= ts.end * nb && a.s.len() >= ts.end * nb && a.qs.len() >= ts.end * a.cols);
-    let row = |i: usize| Rows {
-        qs: a.qs.as_ptr().add(i * a.cols),
-        d: a.d.as_ptr().add(i * nb),
-        s: a.s.as_ptr().add(i * nb),
-        cols: a.cols,
-        nb,
-    };
+    let row = checked_rows(t, tile, rows, a, &ts);
     let mut i = ts.start;
     while i < ts.end {
         let o = out.add((i - ts.start) * stride);
@@ -217,6 +194,7 @@ pub unsafe fn dot(
 
 /// Consecutive activation rows from one: its quants, scales and sums, and
 /// how far apart the rows' are.
+#[cfg(target_arch = "x86_64")]
 #[derive(Clone, Copy)]
 struct Rows {
     qs: *const i8,
@@ -224,6 +202,30 @@ struct Rows {
     s: *const f32,
     cols: usize,
     nb: usize,
+}
+
+/// After checking that `tile` is a whole packed tile, `rows` fits it and
+/// `a` holds the rows `ts` with as many blocks (what the kernels rely on):
+/// where activation row `i` starts.
+#[cfg(target_arch = "x86_64")]
+fn checked_rows<'a>(
+    t: QType,
+    tile: &[u8],
+    rows: usize,
+    a: &'a QActs,
+    ts: &std::ops::Range<usize>,
+) -> impl Fn(usize) -> Rows + 'a {
+    let nb = tile.len() / PACKED_BLOCK;
+    assert!(rows <= ROWS && tile.len() == nb * PACKED_BLOCK && takes(t), "packed tile");
+    assert!(a.cols == nb * QK && ts.end <= a.rows(), "activation rows");
+    assert!(a.d.len() >= ts.end * nb && a.s.len() >= ts.end * nb && a.qs.len() >= ts.end * a.cols);
+    move |i: usize| Rows {
+        qs: a.qs.as_ptr().wrapping_add(i * a.cols),
+        d: a.d.as_ptr().wrapping_add(i * nb),
+        s: a.s.as_ptr().wrapping_add(i * nb),
+        cols: a.cols,
+        nb,
+    }
 }
 
 /// Tokens up to which [`group`] adds the minimums' terms in its first pass
@@ -319,20 +321,47 @@ pub fn pack_portable(t: QType, w: &[u8], rows: usize, cols: usize) -> Aligned<u8
 /// sums `C`; then the float step of [`dot`]. The minimums' terms run in a
 /// second pass over the blocks, in block order as well.
 ///
+/// Tokens 4 at a time, then 2 and 1, in one call for the range (as
+/// [`dot`]).
+///
 /// # Safety
 /// The CPU must have AVX2, FMA and F16C; `out` must have room for
-/// `(N − 1)·stride + rows` values.
+/// `(ts.len() − 1)·stride + rows` values.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn dot_avx2<const N: usize>(
+pub unsafe fn dot_avx2(
     t: QType,
     tile: &[u8],
     rows: usize,
-    a: &[ActRow<'_>; N],
+    a: &QActs,
+    ts: std::ops::Range<usize>,
     out: *mut f32,
     stride: usize,
 ) {
-    let nb = checked_blocks(t, tile, rows, a);
+    let row = checked_rows(t, tile, rows, a, &ts);
+    let mut i = ts.start;
+    while i < ts.end {
+        let o = out.add((i - ts.start) * stride);
+        i += match ts.end - i {
+            n if n >= 4 => group_avx2::<4>(t, tile, rows, row(i), o, stride),
+            n if n >= 2 => group_avx2::<2>(t, tile, rows, row(i), o, stride),
+            _ => group_avx2::<1>(t, tile, rows, row(i), o, stride),
+        };
+    }
+}
+
+/// [`dot_avx2`] for the `N` rows from `a`; returns `N`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn group_avx2<const N: usize>(
+    t: QType,
+    tile: &[u8],
+    rows: usize,
+    a: Rows,
+    out: *mut f32,
+    stride: usize,
+) -> usize {
+    let nb = a.nb;
     let low = _mm256_set1_epi8(0x0f);
     let ones = _mm256_set1_epi16(1);
     for half in 0..2 {
@@ -355,7 +384,7 @@ pub unsafe fn dot_avx2<const N: usize>(
             }
             let d = _mm256_cvtph_ps(_mm_loadu_si128(p.add(256 + h / 2) as *const __m128i));
             for i in 0..N {
-                let x = a[i].qs.as_ptr().add(QK * b) as *const i32;
+                let x = a.qs.add(i * a.cols + QK * b) as *const i32;
                 let bc = |k: usize| _mm256_set1_epi32(std::ptr::read_unaligned(x.add(k)));
                 // Two chains of 16-bit sums, exact (see above).
                 let mut s0 = _mm256_maddubs_epi16(q[0], bc(0));
@@ -365,7 +394,7 @@ pub unsafe fn dot_avx2<const N: usize>(
                     s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(q[k + 1], bc(k + 1)));
                 }
                 let c = _mm256_madd_epi16(_mm256_add_epi16(s0, s1), ones);
-                let da = _mm256_set1_ps(*a[i].d.get_unchecked(b));
+                let da = _mm256_set1_ps(*a.d.add(i * nb + b));
                 acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c), _mm256_mul_ps(d, da), acc[i]);
             }
         }
@@ -379,7 +408,7 @@ pub unsafe fn dot_avx2<const N: usize>(
                 _mm256_mul_ps(d, _mm256_set1_ps(-8.0))
             };
             for i in 0..N {
-                corr[i] = _mm256_fmadd_ps(m, _mm256_set1_ps(*a[i].s.get_unchecked(b)), corr[i]);
+                corr[i] = _mm256_fmadd_ps(m, _mm256_set1_ps(*a.s.add(i * nb + b)), corr[i]);
             }
         }
         let n = (rows - 8 * half).min(8);
@@ -395,6 +424,7 @@ pub unsafe fn dot_avx2<const N: usize>(
             }
         }
     }
+    N
 }
 
 /// The block sums (v3) of one weight row and one activation row, computed

@@ -134,6 +134,11 @@ pub enum Kernels {
     /// AVX2 machines before the AVX2 block sums); attention and the other
     /// operations use AVX2 too.
     Avx2,
+    /// What `Simd` is on a CPU with AVX2 and no AVX-512: the AVX2 products
+    /// with the block sums (v3) of Q4_0 and Q4_1, AVX2 attention, even where
+    /// AVX-512 is present (`THEMISTO_NATIVE_KERNELS=avx2-sums`), so that an
+    /// AVX-512 machine can reproduce and time an AVX2 machine's runs.
+    Avx2Sums,
     /// `Simd` with the AVX-512 k-quant products of themisto before the
     /// sub-block order (see [`super::dot_avx512::KBlock`]): they scale each
     /// 64 values' pair sums, so their float sums differ in the last bits.
@@ -170,7 +175,11 @@ impl Kernels {
     fn set(self) -> Set {
         match self {
             Kernels::Simd | Kernels::Avx512V1 | Kernels::Avx512 if dot_avx512::available() => Set::Avx512,
-            Kernels::Simd | Kernels::Avx512V1 | Kernels::Avx512 | Kernels::Avx2 if dot_avx2::available() => Set::Avx2,
+            Kernels::Simd | Kernels::Avx512V1 | Kernels::Avx512 | Kernels::Avx2 | Kernels::Avx2Sums
+                if dot_avx2::available() =>
+            {
+                Set::Avx2
+            }
             _ => Set::Scalar,
         }
     }
@@ -178,7 +187,11 @@ impl Kernels {
     /// True when Q4_0 and Q4_1 products give the block sums (v3) of
     /// [`super::bsum`].
     pub fn block_sums(self) -> bool {
-        self == Kernels::Simd && matches!(self.set(), Set::Avx512 | Set::Avx2)
+        match self {
+            Kernels::Simd => matches!(self.set(), Set::Avx512 | Set::Avx2),
+            Kernels::Avx2Sums => self.set() == Set::Avx2,
+            _ => false,
+        }
     }
 
     /// The instructions the quantized products use on this CPU, as run
@@ -600,33 +613,18 @@ fn rows_bsum(w: &QMatrix, a: &QActs, rows: std::ops::Range<usize>, out: Out, set
                     }
                 });
             }
-            if avx512 {
-                // SAFETY: the block sums are only chosen with `Set::Avx512`
-                // (`dot_avx512::available()`); the output has room for rows
-                // r0..r0 + n_rows of tokens t..te, and only this task writes
-                // those rows.
-                unsafe { bsum::dot(w.qtype, tile, n_rows, a, t..te, out.0.wrapping_add(t * w.rows + r0), w.rows) };
-                continue;
-            }
-            while t < te {
-                let n = match te - t {
-                    n if n >= 4 => 4,
-                    n if n >= 2 => 2,
-                    _ => 1,
-                };
-                let o = out.0.wrapping_add(t * w.rows + r0);
-                // SAFETY: without AVX-512 the block sums are only chosen with
-                // `Set::Avx2` (`dot_avx2::available()`); the output has room
-                // for rows r0..r0 + n_rows of tokens t..t + n, and only this
-                // task writes those rows.
-                unsafe {
-                    match n {
-                        4 => bsum::dot_avx2::<4>(w.qtype, tile, n_rows, &acts_from(a, t), o, w.rows),
-                        2 => bsum::dot_avx2::<2>(w.qtype, tile, n_rows, &acts_from(a, t), o, w.rows),
-                        _ => bsum::dot_avx2::<1>(w.qtype, tile, n_rows, &acts_from(a, t), o, w.rows),
-                    }
+            let o = out.0.wrapping_add(t * w.rows + r0);
+            // SAFETY: the block sums are only chosen with `Set::Avx512`
+            // (`dot_avx512::available()`) or `Set::Avx2`
+            // (`dot_avx2::available()`); the output has room for rows
+            // r0..r0 + n_rows of tokens t..te, and only this task writes
+            // those rows.
+            unsafe {
+                if avx512 {
+                    bsum::dot(w.qtype, tile, n_rows, a, t..te, o, w.rows);
+                } else {
+                    bsum::dot_avx2(w.qtype, tile, n_rows, a, t..te, o, w.rows);
                 }
-                t += n;
             }
         }
     }

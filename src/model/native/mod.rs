@@ -53,7 +53,8 @@ const CHUNK: usize = 512;
 
 /// Environment variable that forces the portable kernels (`scalar`), the
 /// AVX2 products without the block sums, also where AVX-512 is present
-/// (`avx2`, see [`Kernels::Avx2`]), the AVX-512 products
+/// (`avx2`, see [`Kernels::Avx2`]), what an AVX2-only CPU runs by default
+/// (`avx2-sums`, see [`Kernels::Avx2Sums`]), the AVX-512 products
 /// without the block sums (`avx512`, see [`Kernels::Avx512`]), or
 /// the AVX-512 k-quant products of before the sub-block order (`avx512-v1`,
 /// see [`Kernels::Avx512V1`]).
@@ -99,6 +100,7 @@ impl NativeModel {
         let kernels = match std::env::var(KERNELS_ENV).as_deref() {
             Ok("scalar") => Kernels::Scalar,
             Ok("avx2") => Kernels::Avx2,
+            Ok("avx2-sums") => Kernels::Avx2Sums,
             Ok("avx512-v1") => Kernels::Avx512V1,
             Ok("avx512") => Kernels::Avx512,
             _ => Kernels::detect(),

@@ -12,7 +12,8 @@ use candle_core::{Device, Tensor};
 
 /// Every kernel set (on a CPU without AVX-512 or AVX2, `Simd` and `Avx2`
 /// fall back to what it has, so the list is always safe to run).
-const KERNEL_SETS: [Kernels; 5] = [Kernels::Scalar, Kernels::Avx2, Kernels::Avx512V1, Kernels::Avx512, Kernels::Simd];
+const KERNEL_SETS: [Kernels; 6] =
+    [Kernels::Scalar, Kernels::Avx2, Kernels::Avx2Sums, Kernels::Avx512V1, Kernels::Avx512, Kernels::Simd];
 
 const TYPES: [(GgmlDType, QType); 10] = [
     (GgmlDType::F32, QType::F32),
@@ -318,7 +319,8 @@ fn each_row_of_a_multi_token_product_equals_the_row_alone() {
 /// take every group size (16 on AMX tiles where the CPU grants them, then
 /// 8, 4, 2 and 1 with VNNI; 4, 2 and 1 with AVX2), row counts that leave a
 /// partial tile, and one block or many; and each token alone gives the
-/// same. The default set runs them on AVX-512 VNNI and on AVX2 machines.
+/// same. The default set runs them on AVX-512 VNNI and on AVX2 machines;
+/// `Avx2Sums` runs the AVX2 ones everywhere.
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn block_sums_are_exact_bit_for_bit() {
@@ -326,29 +328,31 @@ fn block_sums_are_exact_bit_for_bit() {
         eprintln!("no AVX2: block sums not tested");
         return;
     }
-    assert!(Kernels::Simd.block_sums());
-    for (dt, q) in [(GgmlDType::Q4_0, QType::Q4_0), (GgmlDType::Q4_1, QType::Q4_1)] {
-        for (rows, cols) in [(37usize, 160usize), (16, 576), (5, 32), (50, 1536)] {
-            let (w, _) = quantized(dt, q, rows, cols, 7);
-            for tokens in [1usize, 2, 3, 7, 16, 17, 31, 40] {
-                let x = values(tokens * cols, 9 + tokens as u64, 1.0);
-                let mut y = vec![0f32; tokens * rows];
-                matmul(&mut [(&w, &mut y[..])], &x, tokens, Kernels::Simd);
-                let a = QActs::quantize(&x, cols);
-                for t in 0..tokens {
-                    for r in 0..rows {
-                        let want = super::bsum::reference(q, w.row(r), a.row(t));
-                        assert_eq!(
-                            y[t * rows + r].to_bits(),
-                            want.to_bits(),
-                            "{q:?} {rows}×{cols}, {tokens} tokens: ({t}, {r})"
-                        );
+    assert!(Kernels::Simd.block_sums() && Kernels::Avx2Sums.block_sums());
+    for kernels in [Kernels::Simd, Kernels::Avx2Sums] {
+        for (dt, q) in [(GgmlDType::Q4_0, QType::Q4_0), (GgmlDType::Q4_1, QType::Q4_1)] {
+            for (rows, cols) in [(37usize, 160usize), (16, 576), (5, 32), (50, 1536)] {
+                let (w, _) = quantized(dt, q, rows, cols, 7);
+                for tokens in [1usize, 2, 3, 7, 16, 17, 31, 40] {
+                    let x = values(tokens * cols, 9 + tokens as u64, 1.0);
+                    let mut y = vec![0f32; tokens * rows];
+                    matmul(&mut [(&w, &mut y[..])], &x, tokens, kernels);
+                    let a = QActs::quantize(&x, cols);
+                    for t in 0..tokens {
+                        for r in 0..rows {
+                            let want = super::bsum::reference(q, w.row(r), a.row(t));
+                            assert_eq!(
+                                y[t * rows + r].to_bits(),
+                                want.to_bits(),
+                                "{kernels:?} {q:?} {rows}×{cols}, {tokens} tokens: ({t}, {r})"
+                            );
+                        }
                     }
+                    let t = tokens - 1;
+                    let mut one = vec![0f32; rows];
+                    matmul(&mut [(&w, &mut one[..])], &x[t * cols..], 1, kernels);
+                    assert_eq!(one, y[t * rows..]);
                 }
-                let t = tokens - 1;
-                let mut one = vec![0f32; rows];
-                matmul(&mut [(&w, &mut one[..])], &x[t * cols..], 1, Kernels::Simd);
-                assert_eq!(one, y[t * rows..]);
             }
         }
     }
@@ -387,11 +391,11 @@ fn avx2_block_sums_are_exact_bit_for_bit() {
                 // rows r0..r0 + n_rows of 4, 2 and 1 tokens `rows` apart.
                 unsafe {
                     let o = y.as_mut_ptr().add(r0);
-                    bsum::dot_avx2::<4>(q, tile, n_rows, &[a.row(0), a.row(1), a.row(2), a.row(3)], o, rows);
+                    bsum::dot_avx2(q, tile, n_rows, &a, 0..4, o, rows);
                     let mut two = vec![f32::NAN; 2 * rows];
-                    bsum::dot_avx2::<2>(q, tile, n_rows, &[a.row(2), a.row(3)], two.as_mut_ptr().add(r0), rows);
+                    bsum::dot_avx2(q, tile, n_rows, &a, 2..4, two.as_mut_ptr().add(r0), rows);
                     let mut one = vec![f32::NAN; rows];
-                    bsum::dot_avx2::<1>(q, tile, n_rows, &[a.row(3)], one.as_mut_ptr().add(r0), rows);
+                    bsum::dot_avx2(q, tile, n_rows, &a, 3..4, one.as_mut_ptr().add(r0), rows);
                     for r in r0..r0 + n_rows {
                         assert_eq!(two[rows + r].to_bits(), y[3 * rows + r].to_bits(), "{q:?} pair, row {r}");
                         assert_eq!(one[r].to_bits(), y[3 * rows + r].to_bits(), "{q:?} one token, row {r}");
