@@ -15,8 +15,10 @@
 # target/release/themisto, built if missing), LLAMA_CPP_PYTHON (0.3.36), ISA (native: the
 # best this CPU has, for both programs; avx2: llama.cpp built without AVX-512 and AVX-VNNI
 # into $THEMISTO_HOME/llamacpp/build-avx2, and themisto run with
-# THEMISTO_NATIVE_KERNELS=avx2, so that the AVX2 kernels of both can be compared on an
-# AVX-512 machine), RUN (the arguments of a whole `themisto run`, e.g. "--limit 5" or
+# THEMISTO_NATIVE_KERNELS=avx2-sums, what an AVX2-only CPU runs by default (set
+# THEMISTO_NATIVE_KERNELS=avx2 for the AVX2 products without the block sums), so that the
+# AVX2 kernels of both can be compared on an AVX-512 machine; the compiler still has the
+# AVX-512 registers there unless RUSTFLAGS="-C target-cpu=znver3" built THEMISTO), RUN (the arguments of a whole `themisto run`, e.g. "--limit 5" or
 # "--protocol themisto"; default: none).
 #
 # With RUN set, a whole run of the first MODEL follows the table, measured in one go as
@@ -39,7 +41,7 @@ THEMISTO=${THEMISTO:-target/release/themisto}
 ISA=${ISA:-native}
 case $ISA in
   native) BUILD=$WORK/build ;;
-  avx2) BUILD=$WORK/build-avx2; export THEMISTO_NATIVE_KERNELS=avx2 ;;
+  avx2) BUILD=$WORK/build-avx2; export THEMISTO_NATIVE_KERNELS=${THEMISTO_NATIVE_KERNELS:-avx2-sums} ;;
   *) echo "ISA must be native or avx2, not $ISA" >&2; exit 2 ;;
 esac
 MODELS=("$@")

@@ -383,7 +383,7 @@ unsafe fn group_avx2<const N: usize>(
                 q[k + 4] = _mm256_and_si256(_mm256_srli_epi16::<4>(x), low);
             }
             let d = _mm256_cvtph_ps(_mm_loadu_si128(p.add(256 + h / 2) as *const __m128i));
-            for i in 0..N {
+            for (i, acc) in acc.iter_mut().enumerate() {
                 let x = a.qs.add(i * a.cols + QK * b) as *const i32;
                 let bc = |k: usize| _mm256_set1_epi32(std::ptr::read_unaligned(x.add(k)));
                 // Two chains of 16-bit sums, exact (see above).
@@ -395,7 +395,7 @@ unsafe fn group_avx2<const N: usize>(
                 }
                 let c = _mm256_madd_epi16(_mm256_add_epi16(s0, s1), ones);
                 let da = _mm256_set1_ps(*a.d.add(i * nb + b));
-                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c), _mm256_mul_ps(d, da), acc[i]);
+                *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c), _mm256_mul_ps(d, da), *acc);
             }
         }
         let mut corr = [_mm256_setzero_ps(); N];
@@ -407,8 +407,8 @@ unsafe fn group_avx2<const N: usize>(
                 let d = _mm256_cvtph_ps(_mm_loadu_si128(p.add(256 + h / 2) as *const __m128i));
                 _mm256_mul_ps(d, _mm256_set1_ps(-8.0))
             };
-            for i in 0..N {
-                corr[i] = _mm256_fmadd_ps(m, _mm256_set1_ps(*a.s.add(i * nb + b)), corr[i]);
+            for (i, corr) in corr.iter_mut().enumerate() {
+                *corr = _mm256_fmadd_ps(m, _mm256_set1_ps(*a.s.add(i * nb + b)), *corr);
             }
         }
         let n = (rows - 8 * half).min(8);
