@@ -44,7 +44,10 @@ pub fn store_f16(src: &[f32], dst: &mut [u16], simd: bool) {
 }
 
 /// The cached keys and values one head attends to: `n` positions whose keys
-/// and values start at `k[i * stride]` and `v[i * stride]` (half floats).
+/// and values start at `k[i * stride]` and `v[i * stride]` (half floats),
+/// except that positions below `shared` are read at the same places of
+/// `pk` and `pv` (see [`HeadKv::with_prefix`]). The kernels find a position
+/// through [`HeadKv::key`] and [`HeadKv::val`].
 #[derive(Clone, Copy)]
 pub struct HeadKv<'a> {
     pub k: &'a [u16],
@@ -54,6 +57,82 @@ pub struct HeadKv<'a> {
     /// The positions are read once (one query token, as while generating):
     /// the AVX-512 kernel then fetches them ahead from memory. Speed only.
     pub stream: bool,
+    /// Positions `0..shared` come from `pk` and `pv`.
+    pub shared: usize,
+    pub pk: &'a [u16],
+    pub pv: &'a [u16],
+}
+
+impl<'a> HeadKv<'a> {
+    /// All `n` positions from `k` and `v`.
+    pub fn new(k: &'a [u16], v: &'a [u16], stride: usize, n: usize, stream: bool) -> HeadKv<'a> {
+        HeadKv { k, v, stride, n, stream, shared: 0, pk: &[], pv: &[] }
+    }
+
+    /// Read positions `0..shared` from `pk` and `pv` (laid out as `k` and
+    /// `v`): another sequence's cache that holds the same keys and values
+    /// for them (a prefix both sequences share). Speed only: sequences
+    /// decoded together then read their common prefix from one place,
+    /// which the first to read it leaves in the caches for the others; the
+    /// values, and so every result bit, are the same.
+    pub fn with_prefix(self, pk: &'a [u16], pv: &'a [u16], shared: usize) -> HeadKv<'a> {
+        let shared = shared.min(self.n);
+        HeadKv { shared, pk, pv, ..self }
+    }
+
+    /// Whether every position of `hd` values is in bounds (`hd ≤ stride`).
+    fn holds(&self, hd: usize) -> bool {
+        let fits = |x: &[u16], n: usize| n == 0 || x.len() >= (n - 1) * self.stride + hd;
+        hd <= self.stride
+            && fits(self.k, self.n)
+            && fits(self.v, self.n)
+            && fits(self.pk, self.shared)
+            && fits(self.pv, self.shared)
+    }
+
+    /// Where position `i`'s key starts.
+    #[inline(always)]
+    pub fn key(&self, i: usize) -> *const u16 {
+        let base = if i < self.shared { self.pk } else { self.k };
+        base.as_ptr().wrapping_add(i * self.stride)
+    }
+
+    /// Where position `i`'s value starts.
+    #[inline(always)]
+    pub fn val(&self, i: usize) -> *const u16 {
+        let base = if i < self.shared { self.pv } else { self.v };
+        base.as_ptr().wrapping_add(i * self.stride)
+    }
+
+    /// Where the keys of positions `i..i + N` start ([`HeadKv::key`] of
+    /// each, one choice of cache for all unless they straddle the prefix's end).
+    #[inline(always)]
+    pub fn keys<const N: usize>(&self, i: usize) -> [*const u16; N] {
+        let base = if i >= self.shared {
+            self.k.as_ptr()
+        } else if i + N <= self.shared {
+            self.pk.as_ptr()
+        } else {
+            return std::array::from_fn(|c| self.key(i + c));
+        };
+        std::array::from_fn(|c| base.wrapping_add((i + c) * self.stride))
+    }
+
+    /// Positions `0..n` as at most two runs, each with where its keys and
+    /// values start: position `i` of a run at `base + i·stride`. Loops over
+    /// positions go run by run, so that the choice of cache is made twice
+    /// per loop instead of at every position.
+    #[inline(always)]
+    pub fn runs(&self, n: usize) -> [(std::ops::Range<usize>, *const u16, *const u16); 2] {
+        let s = self.shared.min(n);
+        [(0..s, self.pk.as_ptr(), self.pv.as_ptr()), (s..n, self.k.as_ptr(), self.v.as_ptr())]
+    }
+
+    /// Position `i`'s key and value, `hd` wide (`i < n`).
+    fn key_val(&self, i: usize, hd: usize) -> (&'a [u16], &'a [u16]) {
+        let (k, v) = if i < self.shared { (self.pk, self.pv) } else { (self.k, self.v) };
+        (&k[i * self.stride..i * self.stride + hd], &v[i * self.stride..i * self.stride + hd])
+    }
 }
 
 /// Which attention kernel runs. The SIMD kernels give the same bits as
@@ -108,11 +187,10 @@ pub fn attend_heads(
     out: &mut [f32],
     isa: Isa,
 ) {
-    let HeadKv { k, v, stride, n, .. } = kv;
+    let n = kv.n;
     assert!((1..=isa.max_heads()).contains(&heads) && q.len().is_multiple_of(heads) && out.len() == q.len());
     let hd = q.len() / heads;
-    assert!(n > 0 && hd <= stride && scores.len() >= heads * n);
-    assert!(k.len() >= (n - 1) * stride + hd && v.len() >= (n - 1) * stride + hd);
+    assert!(n > 0 && scores.len() >= heads * n && kv.holds(hd));
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx512 && hd.is_multiple_of(8) && attn_avx512::available() {
         // SAFETY: AVX-512 F/DQ, AVX2, FMA and F16C are present; the bounds
@@ -173,11 +251,10 @@ pub fn pairs_fit(heads: usize, hd: usize, isa: Isa) -> bool {
 /// `attend_pair_avx2`); only where [`pairs_fit`]. `scores` needs
 /// `2·heads·(kv.n + 1)` values.
 pub fn attend_pair(q: &[f32], heads: usize, kv: HeadKv<'_>, scale: f32, scores: &mut [f32], out: &mut [f32], isa: Isa) {
-    let HeadKv { k, v, stride, n, .. } = kv;
+    let n = kv.n;
     let hd = q.len() / (2 * heads);
     assert!(pairs_fit(heads, hd, isa) && q.len() == 2 * heads * hd && out.len() == q.len());
-    assert!(hd <= stride && scores.len() >= 2 * heads * (n + 1));
-    assert!(k.len() >= n * stride + hd && v.len() >= n * stride + hd);
+    assert!(scores.len() >= 2 * heads * (n + 1) && HeadKv { n: n + 1, ..kv }.holds(hd));
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx2 {
         // SAFETY: `pairs_fit` checked AVX2, FMA and F16C and the head
@@ -204,10 +281,10 @@ pub fn attend_pair(q: &[f32], heads: usize, kv: HeadKv<'_>, scale: f32, scores: 
 }
 
 fn attend_scalar(q: &[f32], kv: HeadKv<'_>, scale: f32, scores: &mut [f32], out: &mut [f32]) {
-    let HeadKv { k, v, stride, n, .. } = kv;
+    let n = kv.n;
     let hd = q.len();
     for (i, s) in scores[..n].iter_mut().enumerate() {
-        let key = &k[i * stride..i * stride + hd];
+        let key = kv.key_val(i, hd).0;
         *s = q.iter().zip(key).map(|(a, &b)| a * f16_to_f32(b)).sum::<f32>() * scale;
     }
     let max = scores[..n].iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
@@ -219,7 +296,7 @@ fn attend_scalar(q: &[f32], kv: HeadKv<'_>, scale: f32, scores: &mut [f32], out:
     out.fill(0.0);
     for (i, &s) in scores[..n].iter().enumerate() {
         let p = s / sum;
-        for (o, &val) in out.iter_mut().zip(&v[i * stride..i * stride + hd]) {
+        for (o, &val) in out.iter_mut().zip(kv.key_val(i, hd).1) {
             *o += p * f16_to_f32(val);
         }
     }
@@ -238,7 +315,7 @@ unsafe fn load_h8(p: *const u16) -> __m256 {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn attend_avx2<const G: usize>(q: &[f32], kv: HeadKv<'_>, scale: f32, scores: &mut [f32], out: &mut [f32]) {
-    let HeadKv { v, stride, n, .. } = kv;
+    let (n, stride) = (kv.n, kv.stride);
     let hd = q.len() / G;
     let sp = scores.as_mut_ptr();
     scores_avx2_from::<G>(q, kv, 0, scale, sp, n);
@@ -251,13 +328,15 @@ unsafe fn attend_avx2<const G: usize>(q: &[f32], kv: HeadKv<'_>, scale: f32, sco
     let mut j = 0;
     while j + 32 <= hd {
         let mut acc = [[_mm256_setzero_ps(); 4]; G];
-        for i in 0..n {
-            let val = v.as_ptr().add(i * stride + j);
-            let vals = [0, 1, 2, 3].map(|c| load_h8(val.add(8 * c)));
-            for (h, a) in acc.iter_mut().enumerate() {
-                let p = _mm256_set1_ps(*sp.add(h * n + i));
-                for c in 0..4 {
-                    a[c] = _mm256_fmadd_ps(p, vals[c], a[c]);
+        for (run, _, vb) in kv.runs(n) {
+            for i in run {
+                let val = vb.add(i * stride + j);
+                let vals = [0, 1, 2, 3].map(|c| load_h8(val.add(8 * c)));
+                for (h, a) in acc.iter_mut().enumerate() {
+                    let p = _mm256_set1_ps(*sp.add(h * n + i));
+                    for c in 0..4 {
+                        a[c] = _mm256_fmadd_ps(p, vals[c], a[c]);
+                    }
                 }
             }
         }
@@ -309,10 +388,9 @@ unsafe fn score_keys<const R: usize, const K: usize>(
     sp: *mut f32,
     ns: usize,
 ) {
-    let HeadKv { k, stride, .. } = kv;
     let hd = q.len() / R;
     let qp = q.as_ptr();
-    let kp: [*const u16; K] = std::array::from_fn(|c| k.as_ptr().add((i + c) * stride));
+    let kp: [*const u16; K] = kv.keys::<K>(i);
     let mut acc = [[_mm256_setzero_ps(); K]; R];
     for j in (0..hd).step_by(8) {
         // The same chains either way; the loop order only decides what the
@@ -380,7 +458,6 @@ unsafe fn attend_pair_avx2<const R: usize, const K: usize>(
     let (n0, ns) = (kv.n, kv.n + 1);
     assert!(hd.is_multiple_of(16) && scores.len() >= R * ns && out.len() == R * hd && g * 2 == R);
     assert!(R * K <= 12 && (R * K).is_multiple_of(4) && 4 % K == 0);
-    let HeadKv { v, stride, .. } = kv;
     let sp = scores.as_mut_ptr();
     let shared = n0 / 4 * 4;
     for i in (0..shared).step_by(K) {
@@ -409,11 +486,13 @@ unsafe fn attend_pair_avx2<const R: usize, const K: usize>(
     let op = out.as_mut_ptr();
     for j in (0..hd).step_by(16) {
         let mut acc = [[_mm256_setzero_ps(); 2]; R];
-        for i in 0..n0 {
-            add_values16(&mut acc, v.as_ptr().add(i * stride + j), sp.add(i), ns, 0);
+        for (run, _, vb) in kv.runs(n0) {
+            for i in run {
+                add_values16(&mut acc, vb.add(i * kv.stride + j), sp.add(i), ns, 0);
+            }
         }
         // The later token's last position, after the shared ones.
-        add_values16(&mut acc, v.as_ptr().add(n0 * stride + j), sp.add(n0), ns, g);
+        add_values16(&mut acc, kv.val(n0).add(j), sp.add(n0), ns, g);
         for (r, a) in acc.iter().enumerate() {
             _mm256_storeu_ps(op.add(r * hd + j), a[0]);
             _mm256_storeu_ps(op.add(r * hd + j + 8), a[1]);
@@ -453,11 +532,10 @@ pub(super) unsafe fn score_one_by_one<const G: usize>(
     sp: *mut f32,
     ns: usize,
 ) {
-    let HeadKv { k, stride, n, .. } = kv;
     let hd = q.len() / G;
     let qp = q.as_ptr();
-    for i in from..n {
-        let kp = k.as_ptr().add(i * stride);
+    for i in from..kv.n {
+        let kp = kv.key(i);
         let mut acc: [__m256; G] = [_mm256_setzero_ps(); G];
         for j in (0..hd).step_by(8) {
             let key = load_h8(kp.add(j));
@@ -477,13 +555,15 @@ pub(super) unsafe fn score_one_by_one<const G: usize>(
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub(super) unsafe fn values_by_8<const G: usize>(kv: HeadKv<'_>, sp: *const f32, hd: usize, from: usize, op: *mut f32) {
-    let HeadKv { v, stride, n, .. } = kv;
+    let (n, stride) = (kv.n, kv.stride);
     for j in (from..hd).step_by(8) {
         let mut acc = [_mm256_setzero_ps(); G];
-        for i in 0..n {
-            let val = load_h8(v.as_ptr().add(i * stride + j));
-            for (h, a) in acc.iter_mut().enumerate() {
-                *a = _mm256_fmadd_ps(_mm256_set1_ps(*sp.add(h * n + i)), val, *a);
+        for (run, _, vb) in kv.runs(n) {
+            for i in run {
+                let val = load_h8(vb.add(i * stride + j));
+                for (h, a) in acc.iter_mut().enumerate() {
+                    *a = _mm256_fmadd_ps(_mm256_set1_ps(*sp.add(h * n + i)), val, *a);
+                }
             }
         }
         for (h, a) in acc.iter().enumerate() {
@@ -580,7 +660,7 @@ mod tests {
         for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512] {
             let mut scores = vec![0f32; n];
             let mut out = vec![0f32; hd];
-            attend_heads(&q, 1, HeadKv { k: &k, v: &v, stride, n, stream: false }, 0.25, &mut scores, &mut out, isa);
+            attend_heads(&q, 1, HeadKv::new(&k, &v, stride, n, false), 0.25, &mut scores, &mut out, isa);
             for j in 0..hd {
                 let want: f32 = (0..n).map(|i| (s[i] - m).exp() / z * f16_to_f32(v[i * stride + j])).sum();
                 assert!((out[j] - want).abs() < 1e-5, "{isa:?}, {j}: {} vs {want}", out[j]);
@@ -687,7 +767,7 @@ mod tests {
             for heads in 1..=3 {
                 assert!(pairs_fit(heads, hd, isa));
                 let q = noise(2 * heads * hd, (hd * 1000 + n * 10 + heads) as u64, 1.5);
-                let kv = HeadKv { k: &k[hd..], v: &v[hd..], stride, n, stream: false };
+                let kv = HeadKv::new(&k[hd..], &v[hd..], stride, n, false);
                 let mut scores = vec![0f32; 2 * heads * (n + 1)];
                 let mut got = vec![0f32; 2 * heads * hd];
                 attend_pair(&q, heads, kv, 0.125, &mut scores, &mut got, isa);
@@ -721,7 +801,7 @@ mod tests {
                 let k = halves(&noise(n * stride, 1 + n as u64, 2.0));
                 let v = halves(&noise(n * stride, 100 + n as u64, 3.0));
                 // Fetching ahead (generation) or not changes no bit.
-                let kv = HeadKv { k: &k[hd..], v: &v[hd..], stride, n, stream: n % 2 == 1 };
+                let kv = HeadKv::new(&k[hd..], &v[hd..], stride, n, n % 2 == 1);
                 for isa in &isas {
                     for heads in 1..=isa.max_heads() {
                         let q = noise(heads * hd, (hd * 1000 + n * 10 + heads) as u64, 1.5);
@@ -766,7 +846,7 @@ mod tests {
                     for l in 0..layers {
                         for g in 0..kvh {
                             let (off, stride) = if interleaved { (g * hd, kvd) } else { (g * n * hd, hd) };
-                            let kv = HeadKv { k: &k[l][off..], v: &v[l][off..], stride, n, stream: true };
+                            let kv = HeadKv::new(&k[l][off..], &v[l][off..], stride, n, true);
                             attend_heads(&q, heads, kv, 0.125, &mut scores, &mut out, Isa::for_kernels(Kernels::Simd));
                         }
                     }
@@ -792,7 +872,7 @@ mod tests {
         let k = halves(&noise(n * stride, 7, 2.0));
         let v = halves(&noise(n * stride, 8, 2.0));
         let q = noise(heads * hd, 9, 1.0);
-        let kv = HeadKv { k: &k, v: &v, stride, n, stream: false };
+        let kv = HeadKv::new(&k, &v, stride, n, false);
         for round in 0..3 {
             for isa in [Isa::Avx2, Isa::Avx512] {
                 if isa == Isa::Avx512 && !attn_avx512::available() {

@@ -161,14 +161,16 @@ unsafe fn softmax(scores: &mut [f32]) {
 /// memory (megabytes a layer at long contexts).
 const AHEAD: usize = 32;
 
-/// Fetch the `hd` half floats of rows `i0..i0 + rows` (below `n`) of a
-/// cache with rows `stride` apart; no effect on any value.
+/// Fetch the `hd` half floats of the keys (`keys`) or values of positions
+/// `i0..i0 + rows` (below `kv.n`); no effect on any value.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn prefetch_rows(base: *const u16, i0: usize, rows: usize, stride: usize, hd: usize, n: usize) {
+unsafe fn prefetch_rows(kv: &HeadKv<'_>, keys: bool, i0: usize, rows: usize, hd: usize) {
     use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-    for i in i0..(i0 + rows).min(n) {
-        let p = base.wrapping_add(i * stride) as *const i8;
+    let (pb, ob) = if keys { (kv.pk, kv.k) } else { (kv.pv, kv.v) };
+    for i in i0..(i0 + rows).min(kv.n) {
+        let base = if i < kv.shared { pb } else { ob };
+        let p = base.as_ptr().wrapping_add(i * kv.stride) as *const i8;
         let mut b = 0;
         while b < 2 * hd {
             _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(b));
@@ -193,14 +195,13 @@ unsafe fn scores_by_8<const G: usize>(
     sp: *mut f32,
     ns: usize,
 ) -> usize {
-    let HeadKv { k, stride, n, stream, .. } = kv;
     let hd = q.len() / G;
     let qp = q.as_ptr();
     let mut i = i0;
     while i + 8 <= end {
-        let kp = [0, 1, 2, 3, 4, 5, 6, 7].map(|c| k.as_ptr().add((i + c) * stride));
-        if stream {
-            prefetch_rows(k.as_ptr(), i + AHEAD, 8, stride, hd, n);
+        let kp = kv.keys::<8>(i);
+        if kv.stream {
+            prefetch_rows(&kv, true, i + AHEAD, 8, hd);
         }
         let mut acc = [[_mm512_setzero_ps(); 4]; G];
         for j in (0..hd).step_by(8) {
@@ -228,12 +229,12 @@ unsafe fn scores_by_8<const G: usize>(
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512dq,avx2,fma,f16c")]
 unsafe fn scores_from<const G: usize>(q: &[f32], kv: HeadKv<'_>, from: usize, scale: f32, sp: *mut f32, ns: usize) {
-    let HeadKv { k, stride, n, .. } = kv;
+    let n = kv.n;
     let hd = q.len() / G;
     let qp = q.as_ptr();
     let mut i = scores_by_8::<G>(q, kv, from, n, scale, sp, ns);
     while i + 4 <= n {
-        let kp = [0, 1, 2, 3].map(|c| k.as_ptr().add((i + c) * stride));
+        let kp = kv.keys::<4>(i);
         let mut acc = [[_mm512_setzero_ps(); 2]; G];
         for j in (0..hd).step_by(8) {
             let k01 = load_pair(kp[0].add(j), kp[1].add(j));
@@ -311,7 +312,6 @@ pub(super) unsafe fn attend_pair<const R: usize>(
     let hd = q.len() / R;
     let (n0, ns) = (kv.n, kv.n + 1);
     assert!(hd.is_multiple_of(64) && scores.len() >= R * ns && out.len() == R * hd && g * 2 == R);
-    let (stride, v) = (kv.stride, kv.v);
     let sp = scores.as_mut_ptr();
     let shared = scores_by_8::<R>(q, kv, 0, n0 / 8 * 8, scale, sp, ns);
     let later = HeadKv { n: ns, ..kv };
@@ -336,11 +336,13 @@ pub(super) unsafe fn attend_pair<const R: usize>(
     let op = out.as_mut_ptr();
     for j in (0..hd).step_by(64) {
         let mut acc = [[_mm512_setzero_ps(); 4]; R];
-        for i in 0..n0 {
-            add_values(&mut acc, v.as_ptr().add(i * stride + j), sp, ns, i, 0);
+        for (run, _, vb) in kv.runs(n0) {
+            for i in run {
+                add_values(&mut acc, vb.add(i * kv.stride + j), sp, ns, i, 0);
+            }
         }
         // The later token's last position, after the shared ones.
-        add_values(&mut acc, v.as_ptr().add(n0 * stride + j), sp, ns, n0, g);
+        add_values(&mut acc, kv.val(n0).add(j), sp, ns, n0, g);
         store_values(&acc, op, hd, j);
     }
 }
@@ -357,7 +359,7 @@ pub(super) unsafe fn attend<const G: usize>(
     scores: &mut [f32],
     out: &mut [f32],
 ) {
-    let HeadKv { v, stride, n, stream, .. } = kv;
+    let (n, stream, stride) = (kv.n, kv.stream, kv.stride);
     let hd = q.len() / G;
     let sp = scores.as_mut_ptr();
     scores_from::<G>(q, kv, 0, scale, sp, n);
@@ -368,21 +370,25 @@ pub(super) unsafe fn attend<const G: usize>(
     let mut j = 0;
     while j + 64 <= hd {
         let mut acc = [[_mm512_setzero_ps(); 4]; G];
-        for i in 0..n {
-            if stream && j == 0 && i.is_multiple_of(8) {
-                prefetch_rows(v.as_ptr(), i + AHEAD, 8, stride, hd, n);
+        for (run, _, vb) in kv.runs(n) {
+            for i in run {
+                if stream && j == 0 && i.is_multiple_of(8) {
+                    prefetch_rows(&kv, false, i + AHEAD, 8, hd);
+                }
+                add_values(&mut acc, vb.add(i * stride + j), sp, n, i, 0);
             }
-            add_values(&mut acc, v.as_ptr().add(i * stride + j), sp, n, i, 0);
         }
         store_values(&acc, op, hd, j);
         j += 64;
     }
     while j + 16 <= hd {
         let mut acc = [_mm512_setzero_ps(); G];
-        for i in 0..n {
-            let val = _mm512_cvtph_ps(_mm256_loadu_si256(v.as_ptr().add(i * stride + j) as *const _));
-            for (h, a) in acc.iter_mut().enumerate() {
-                *a = _mm512_fmadd_ps(_mm512_set1_ps(*sp.add(h * n + i)), val, *a);
+        for (run, _, vb) in kv.runs(n) {
+            for i in run {
+                let val = _mm512_cvtph_ps(_mm256_loadu_si256(vb.add(i * stride + j) as *const _));
+                for (h, a) in acc.iter_mut().enumerate() {
+                    *a = _mm512_fmadd_ps(_mm512_set1_ps(*sp.add(h * n + i)), val, *a);
+                }
             }
         }
         for (h, a) in acc.iter().enumerate() {

@@ -123,6 +123,11 @@ impl Transformer {
     /// everything else is per row, and attention per entry on its own
     /// cache, so each entry's keys, values and logits are bit-identical to
     /// feeding it alone, and each token's to feeding it after the others.
+    /// `shared[slot] = (other, len)` with `len > 0` has that entry read its
+    /// first `len` positions from slot `other`'s cache, which must hold the
+    /// same keys and values there (see `shared_prefixes` in the native
+    /// module): the same bits, read where another entry reads them; an
+    /// empty `shared` reads every entry's own cache.
     /// In the last layer only the rows that want logits go on past the
     /// cache write ([`Feed::rows`]: each entry's last ones); with `logits`,
     /// theirs go there, rows of `vocab_rows`, the entries in order.
@@ -134,6 +139,7 @@ impl Transformer {
         logits: Option<&mut [f32]>,
         kernels: Kernels,
         scratch: &mut Scratch,
+        shared: &[(usize, usize)],
     ) {
         let cfg = &self.cfg;
         let (h, qd, kvd, hd) = (cfg.hidden, cfg.q_dim(), cfg.kv_dim(), cfg.head_dim);
@@ -216,8 +222,11 @@ impl Transformer {
             // One head a task where a group a task would leave threads idle
             // (generating one sequence); the results are the same.
             let per_head = m * cfg.kv_heads < rayon::current_num_threads();
+            let caches: &[KvCache] = caches;
             let attend = |(slot, _): (usize, &[u32]), &(r0, len, p): &(usize, usize, usize), out: &mut [f32]| {
-                caches[slot].attention(l, &q[r0 * qd..(r0 + len) * qd], p, shape, out, kernels, per_head);
+                // A prefix shared with another entry, read from its cache.
+                let prefix = shared.get(slot).filter(|s| s.1 > 0).map(|&(from, n)| (&caches[from], n));
+                caches[slot].attention(l, &q[r0 * qd..(r0 + len) * qd], p, shape, out, kernels, per_head, prefix);
             };
             clock.lap(Phase::Other, 0);
             // Entries side by side (each may still split its heads).

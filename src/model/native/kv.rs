@@ -139,7 +139,11 @@ impl KvCache {
     /// heads of a group are served together, up to [`attn::Isa::max_heads`]
     /// a call, unless `per_head` asks for one head a task (more, smaller
     /// tasks: for one token on several threads). Either way each head's
-    /// result is the same, bit for bit.
+    /// result is the same, bit for bit. With `prefix = Some((other, len))`,
+    /// positions `0..len` are read from `other`, a cache of the same shape
+    /// that holds the same keys and values for them (a sequence that shares
+    /// this one's first `len` tokens; see [`attn::HeadKv::with_prefix`]):
+    /// the same bits, read from where another sequence of the pass reads them.
     #[allow(clippy::too_many_arguments)]
     pub fn attention(
         &self,
@@ -150,13 +154,30 @@ impl KvCache {
         out: &mut [f32],
         kernels: Kernels,
         per_head: bool,
+        prefix: Option<(&KvCache, usize)>,
     ) {
         let HeadShape { heads, head_dim } = shape;
         assert_eq!(head_dim, self.head_dim, "the cache's head width");
+        if let Some((other, len)) = prefix {
+            assert!((other.kv_dim, other.head_dim, other.k.len()) == (self.kv_dim, self.head_dim, self.k.len()));
+            assert!(len <= other.len && len <= self.len, "a shared prefix is in both caches");
+        }
+        // KV head `g`'s keys and values for `n` positions, the shared
+        // prefix from the other cache.
+        let head_kv = |g: usize, n: usize, stream: bool| {
+            let off = g * self.cap * head_dim;
+            let kv = attn::HeadKv::new(&self.k[layer][off..], &self.v[layer][off..], head_dim, n, stream);
+            match prefix {
+                Some((o, len)) if len > 0 => {
+                    let off = g * o.cap * head_dim;
+                    kv.with_prefix(&o.k[layer][off..], &o.v[layer][off..], len)
+                }
+                _ => kv,
+            }
+        };
         let kv_heads = self.kv_heads();
         let group = heads / kv_heads;
         let scale = 1.0 / (head_dim as f32).sqrt();
-        let (keys, vals) = (&self.k[layer], &self.v[layer]);
         let isa = attn::Isa::for_kernels(kernels);
         // A task: `per_task` consecutive heads of one token, all of one KV
         // head, in calls of at most `isa.max_heads()` heads (as even as possible).
@@ -168,9 +189,7 @@ impl KvCache {
             let h0 = idx * per_task;
             let (t, h) = (h0 / heads, h0 % heads);
             let n = pos + t + 1;
-            let g = h / group;
-            let off = g * self.cap * head_dim;
-            let kv = attn::HeadKv { k: &keys[off..], v: &vals[off..], stride: head_dim, n, stream };
+            let kv = head_kv(h / group, n, stream);
             let mut done = 0;
             for c in 0..calls {
                 let hs = per_task / calls + usize::from(c < per_task % calls);
@@ -202,8 +221,7 @@ impl KvCache {
                 scores.resize(2 * group * (self.max + 1), 0.0);
             }
             ob.resize(2 * gw, 0.0);
-            let off = g * self.cap * head_dim;
-            let kv = attn::HeadKv { k: &keys[off..], v: &vals[off..], stride: head_dim, n, stream: false };
+            let kv = head_kv(g, n, false);
             qb.clear();
             qb.extend_from_slice(&q[t * qd + g * gw..t * qd + (g + 1) * gw]);
             qb.extend_from_slice(&q[(t + 1) * qd + g * gw..(t + 1) * qd + (g + 1) * gw]);
@@ -346,8 +364,58 @@ mod tests {
     /// The last position's attention output over the whole cache.
     fn last_output(c: &KvCache, q: &[f32], shape: HeadShape) -> Vec<f32> {
         let mut out = vec![0f32; q.len()];
-        c.attention(0, q, c.len() - 1, shape, &mut out, Kernels::Simd, false);
+        c.attention(0, q, c.len() - 1, shape, &mut out, Kernels::Simd, false, None);
         out
+    }
+
+    /// Attention that reads a shared prefix from another cache holding the
+    /// same keys and values gives the bits of reading it from its own, for
+    /// one query row (generating), a few (drafts to check, in pairs) and a
+    /// prompt's many, with every kernel set; a cache whose prefix differs
+    /// changes the result (so the prefix is read from there).
+    #[test]
+    fn a_prefix_read_from_another_cache_gives_the_same_bits() {
+        let (hd, kv_heads, heads, n, shared) = (64, 3, 9, 300, 200);
+        let kvd = kv_heads * hd;
+        let shape = HeadShape { heads, head_dim: hd };
+        let (k, v) = (noise(n * kvd, 11), noise(n * kvd, 12));
+        let fill = |c: &mut KvCache, k: &[f32], v: &[f32], from: usize, to: usize| {
+            c.reserve(to);
+            c.write(0, from, &k[from * kvd..to * kvd], &v[from * kvd..to * kvd], Kernels::Simd);
+            c.set_len(to);
+        };
+        let mut own = KvCache::new(1, kvd, hd, 1024);
+        fill(&mut own, &k, &v, 0, n);
+        // Another sequence: the same first `shared` positions (written into
+        // storage of another capacity), then its own.
+        let (k2, v2) = (noise(n * kvd, 21), noise(n * kvd, 22));
+        let mut other = KvCache::new(1, kvd, hd, 1024);
+        fill(&mut other, &k, &v, 0, shared);
+        fill(&mut other, &k2, &v2, shared, 280);
+        let mut differs = KvCache::new(1, kvd, hd, 1024);
+        fill(&mut differs, &k2, &v2, 0, shared);
+        for kernels in [Kernels::Simd, Kernels::Avx2Sums, Kernels::Scalar] {
+            for rows in [1usize, 3, 6, 40] {
+                let pos = n - rows;
+                let q = noise(rows * heads * hd, 30 + rows as u32);
+                let run = |prefix: Option<(&KvCache, usize)>, per_head: bool| {
+                    let mut out = vec![0f32; q.len()];
+                    let mut c = own.clone();
+                    c.truncate(pos + rows);
+                    c.attention(0, &q, pos, shape, &mut out, kernels, per_head, prefix);
+                    out
+                };
+                for per_head in [false, true] {
+                    let want = run(None, per_head);
+                    let got = run(Some((&other, shared)), per_head);
+                    assert!(
+                        want.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "{kernels:?}, {rows} rows, per head {per_head}"
+                    );
+                    assert_ne!(want, run(Some((&differs, shared)), per_head), "{kernels:?}: the prefix is read there");
+                }
+            }
+        }
     }
 
     /// Growing the storage (which moves every head's positions), writing a

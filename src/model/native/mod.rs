@@ -60,6 +60,18 @@ const CHUNK: usize = 512;
 /// see [`Kernels::Avx512V1`]).
 pub const KERNELS_ENV: &str = "THEMISTO_NATIVE_KERNELS";
 
+/// The kernel set [`KERNELS_ENV`] asks for, else [`Kernels::detect`].
+pub fn kernels_from_env() -> Kernels {
+    match std::env::var(KERNELS_ENV).as_deref() {
+        Ok("scalar") => Kernels::Scalar,
+        Ok("avx2") => Kernels::Avx2,
+        Ok("avx2-sums") => Kernels::Avx2Sums,
+        Ok("avx512-v1") => Kernels::Avx512V1,
+        Ok("avx512") => Kernels::Avx512,
+        _ => Kernels::detect(),
+    }
+}
+
 /// Why the native engine cannot run a file, or `None` when it can.
 pub fn unsupported_reason(ct: &gguf_file::Content) -> Option<String> {
     config::Config::from_gguf(ct).err()
@@ -84,6 +96,47 @@ pub struct NativeModel {
     scratch: forward::Scratch,
     /// A one-entry feed for [`LanguageModel::forward`] and prompt chunks.
     single: Feed,
+    /// Per slot, the slot whose cache a decoding pass reads this slot's
+    /// shared prefix from, and the prefix's length (0: none); see
+    /// [`shared_prefixes`].
+    shared: Vec<(usize, usize)>,
+    /// False with [`SHARED_PREFIX_ENV`]`=0`.
+    share_prefixes: bool,
+}
+
+/// Environment variable that, set to `0`, makes every sequence of a
+/// decoding pass read its whole cache from its own slot, instead of a
+/// prefix it shares with an earlier sequence of the pass from that one's
+/// cache; speed only, every result is the same.
+pub const SHARED_PREFIX_ENV: &str = "THEMISTO_SHARED_PREFIX";
+
+/// Positions two sequences of a pass must share for one to read them from
+/// the other's cache.
+const MIN_SHARED: usize = 64;
+
+/// For each entry of a decoding pass, the earlier entry (one that reads
+/// its own cache) with the longest common prefix of cached tokens, if it
+/// is at least [`MIN_SHARED`] long: `shared[slot] = (that slot, length)`,
+/// else `(slot, 0)`. Equal tokens from the start have equal keys and values
+/// (each row is computed as it would be alone), so attention may read them
+/// from either cache: the four prompts of a step, decoded together, then
+/// read their common history from one place while it is in the caches,
+/// instead of each from memory. The other entry writes only past its own
+/// cached tokens in the pass, so the prefix stays as read.
+fn shared_prefixes(feed: &Feed, tokens: &[Vec<u32>], shared: &mut [(usize, usize)]) {
+    for (i, (slot, _)) in feed.iter().enumerate() {
+        let mut best = (slot, 0);
+        for (other, _) in feed.iter().take(i) {
+            if shared[other].1 > 0 {
+                continue;
+            }
+            let len = crate::decode::common_prefix(&tokens[slot], &tokens[other]);
+            if len > best.1 {
+                best = (other, len);
+            }
+        }
+        shared[slot] = if best.1 >= MIN_SHARED { best } else { (slot, 0) };
+    }
 }
 
 impl NativeModel {
@@ -97,14 +150,7 @@ impl NativeModel {
     }
 
     pub fn from_transformer(net: Transformer) -> NativeModel {
-        let kernels = match std::env::var(KERNELS_ENV).as_deref() {
-            Ok("scalar") => Kernels::Scalar,
-            Ok("avx2") => Kernels::Avx2,
-            Ok("avx2-sums") => Kernels::Avx2Sums,
-            Ok("avx512-v1") => Kernels::Avx512V1,
-            Ok("avx512") => Kernels::Avx512,
-            _ => Kernels::detect(),
-        };
+        let kernels = kernels_from_env();
         let mut model = NativeModel {
             caches: Vec::new(),
             tokens: Vec::new(),
@@ -112,6 +158,8 @@ impl NativeModel {
             kernels,
             scratch: Default::default(),
             single: Feed::new(),
+            shared: Vec::new(),
+            share_prefixes: std::env::var(SHARED_PREFIX_ENV).as_deref() != Ok("0"),
         };
         model.resize_slots(1);
         model.prepare();
@@ -181,6 +229,7 @@ impl NativeModel {
         let cfg = &self.net.cfg;
         self.caches.truncate(n);
         self.tokens.truncate(n);
+        self.shared.resize(n, (0, 0));
         while self.caches.len() < n {
             self.caches.push(KvCache::new(cfg.layers, cfg.kv_dim(), cfg.head_dim, cfg.context));
             self.tokens.push(Vec::new());
@@ -259,7 +308,7 @@ impl NativeModel {
                 single.clear();
                 single.push_rows(slot, chunk, if i == last { rows } else { 1 });
                 let logits = (i == last).then_some(&mut *out);
-                net.forward_batch(caches, single, logits, *kernels, scratch);
+                net.forward_batch(caches, single, logits, *kernels, scratch, &[]);
             }
         });
         self.tokens[slot].extend_from_slice(tokens);
@@ -370,8 +419,12 @@ impl LanguageModel for NativeModel {
             }
             return Ok(());
         }
-        let NativeModel { net, caches, kernels, scratch, .. } = self;
-        rayon::scope(|_| net.forward_batch(caches, feed, Some(rows), *kernels, scratch));
+        if self.share_prefixes {
+            shared_prefixes(feed, &self.tokens, &mut self.shared);
+        }
+        let NativeModel { net, caches, kernels, scratch, shared, share_prefixes, .. } = self;
+        let shared: &[(usize, usize)] = if *share_prefixes { shared } else { &[] };
+        rayon::scope(|_| net.forward_batch(caches, feed, Some(rows), *kernels, scratch, shared));
         for (slot, tokens) in feed.iter() {
             self.tokens[slot].extend_from_slice(tokens);
         }

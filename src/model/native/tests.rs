@@ -412,6 +412,48 @@ fn avx2_block_sums_are_exact_bit_for_bit() {
     }
 }
 
+/// In-cache throughput of the block-sum tile kernels alone (AVX2, and
+/// AVX-512 where present): one Q4_1 tile of 16 rows × 576 over 64 tokens,
+/// best of many calls, in G multiply-adds/s and cycles per 3.3 GHz for a
+/// token, block and 8 rows. `cargo test --release --lib
+/// block_sum_tile_throughput -- --ignored --nocapture`.
+#[cfg(target_arch = "x86_64")]
+#[test]
+#[ignore]
+fn block_sum_tile_throughput() {
+    use super::bsum;
+    if !dot_avx2::available() {
+        return;
+    }
+    let (rows, cols, tokens) = (16usize, 576usize, 64usize);
+    let (w, _) = quantized(GgmlDType::Q4_1, QType::Q4_1, rows, cols, 5);
+    let bytes: Vec<u8> = (0..rows).flat_map(|r| w.row(r).to_vec()).collect();
+    let tile = bsum::pack_portable(QType::Q4_1, &bytes, rows, cols);
+    let a = QActs::quantize(&values(tokens * cols, 21, 1.0), cols);
+    let mut y = vec![0f32; tokens * rows];
+    let yp = y.as_mut_ptr();
+    let time = |name: &str, f: &dyn Fn(*mut f32)| {
+        let mut best = f64::MAX;
+        for _ in 0..200 {
+            let t0 = std::time::Instant::now();
+            for _ in 0..20 {
+                f(yp);
+            }
+            best = best.min(t0.elapsed().as_secs_f64() / 20.0);
+        }
+        let macs = (rows * cols * tokens) as f64;
+        let cyc = best * 3.3e9 / (tokens * cols / QK * rows / 8) as f64;
+        eprintln!("{name}: {:.1} G multiply-adds/s, {cyc:.2} cycles a token, block and 8 rows", macs / best / 1e9);
+    };
+    // SAFETY: AVX2, FMA and F16C are present; `y` has room for every token's rows.
+    time("AVX2 block sums", &|o| unsafe { bsum::dot_avx2(QType::Q4_1, &tile, rows, &a, 0..tokens, o, rows) });
+    if dot_avx512::available() {
+        // SAFETY: AVX-512 VNNI is present.
+        time("AVX-512 block sums", &|o| unsafe { bsum::dot(QType::Q4_1, &tile, rows, &a, 0..tokens, o, rows) });
+    }
+    std::hint::black_box(&y);
+}
+
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn avx512_kernels_match_scalar_kernels() {
@@ -733,7 +775,7 @@ fn matmul_throughput() {
 }
 
 /// One weight type's whole products through `matmul` with this CPU's
-/// default kernels, for kernel work on any machine: `THEMISTO_BENCH_TYPE`
+/// default kernels (or those `THEMISTO_NATIVE_KERNELS` names), for kernel work on any machine: `THEMISTO_BENCH_TYPE`
 /// (any type of `TYPES` by name, e.g. q5_0 or q4_k; default q4_1), `THEMISTO_BENCH_TOKENS`
 /// (default 1: generation; 512: a prompt) and `THEMISTO_BENCH_SHAPE`
 /// (`ROWSxCOLS`, default 1536x576, SmolLM2's gate). Best of 20, in G
@@ -754,7 +796,7 @@ fn product_throughput() {
     let (w, _) = quantized(dt, q, rows, cols, 1);
     let x = values(tokens * cols, 3, 1.0);
     let mut y = vec![0f32; tokens * rows];
-    let kernels = Kernels::detect();
+    let kernels = super::kernels_from_env();
     let reps = (20_000_000 / (rows * cols * tokens)).clamp(1, 2000);
     let mut best = 0f64;
     for _ in 0..20 {
