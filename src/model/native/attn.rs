@@ -47,7 +47,8 @@ pub fn store_f16(src: &[f32], dst: &mut [u16], simd: bool) {
 /// and values start at `k[i * stride]` and `v[i * stride]` (half floats),
 /// except that positions below `shared` are read at the same places of
 /// `pk` and `pv` (see [`HeadKv::with_prefix`]). The kernels find a position
-/// through [`HeadKv::key`] and [`HeadKv::val`].
+/// through [`HeadKv::key`], [`HeadKv::keys`], [`HeadKv::val`] and
+/// [`HeadKv::value_runs`].
 #[derive(Clone, Copy)]
 pub struct HeadKv<'a> {
     pub k: &'a [u16],
@@ -118,14 +119,14 @@ impl<'a> HeadKv<'a> {
         std::array::from_fn(|c| base.wrapping_add((i + c) * self.stride))
     }
 
-    /// Positions `0..n` as at most two runs, each with where its keys and
-    /// values start: position `i` of a run at `base + i·stride`. Loops over
-    /// positions go run by run, so that the choice of cache is made twice
-    /// per loop instead of at every position.
+    /// Positions `0..n` as at most two runs, each with where its values
+    /// start: position `i`'s value at `base + i·stride`. Loops over the
+    /// values go run by run, so that the choice of cache is made twice per
+    /// loop instead of at every position.
     #[inline(always)]
-    pub fn runs(&self, n: usize) -> [(std::ops::Range<usize>, *const u16, *const u16); 2] {
+    pub fn value_runs(&self, n: usize) -> [(std::ops::Range<usize>, *const u16); 2] {
         let s = self.shared.min(n);
-        [(0..s, self.pk.as_ptr(), self.pv.as_ptr()), (s..n, self.k.as_ptr(), self.v.as_ptr())]
+        [(0..s, self.pv.as_ptr()), (s..n, self.v.as_ptr())]
     }
 
     /// Position `i`'s key and value, `hd` wide (`i < n`).
@@ -328,7 +329,7 @@ unsafe fn attend_avx2<const G: usize>(q: &[f32], kv: HeadKv<'_>, scale: f32, sco
     let mut j = 0;
     while j + 32 <= hd {
         let mut acc = [[_mm256_setzero_ps(); 4]; G];
-        for (run, _, vb) in kv.runs(n) {
+        for (run, vb) in kv.value_runs(n) {
             for i in run {
                 let val = vb.add(i * stride + j);
                 let vals = [0, 1, 2, 3].map(|c| load_h8(val.add(8 * c)));
@@ -486,7 +487,7 @@ unsafe fn attend_pair_avx2<const R: usize, const K: usize>(
     let op = out.as_mut_ptr();
     for j in (0..hd).step_by(16) {
         let mut acc = [[_mm256_setzero_ps(); 2]; R];
-        for (run, _, vb) in kv.runs(n0) {
+        for (run, vb) in kv.value_runs(n0) {
             for i in run {
                 add_values16(&mut acc, vb.add(i * kv.stride + j), sp.add(i), ns, 0);
             }
@@ -558,7 +559,7 @@ pub(super) unsafe fn values_by_8<const G: usize>(kv: HeadKv<'_>, sp: *const f32,
     let (n, stride) = (kv.n, kv.stride);
     for j in (from..hd).step_by(8) {
         let mut acc = [_mm256_setzero_ps(); G];
-        for (run, _, vb) in kv.runs(n) {
+        for (run, vb) in kv.value_runs(n) {
             for i in run {
                 let val = load_h8(vb.add(i * stride + j));
                 for (h, a) in acc.iter_mut().enumerate() {

@@ -336,7 +336,7 @@ pub(super) unsafe fn attend_pair<const R: usize>(
     let op = out.as_mut_ptr();
     for j in (0..hd).step_by(64) {
         let mut acc = [[_mm512_setzero_ps(); 4]; R];
-        for (run, _, vb) in kv.runs(n0) {
+        for (run, vb) in kv.value_runs(n0) {
             for i in run {
                 add_values(&mut acc, vb.add(i * kv.stride + j), sp, ns, i, 0);
             }
@@ -370,7 +370,7 @@ pub(super) unsafe fn attend<const G: usize>(
     let mut j = 0;
     while j + 64 <= hd {
         let mut acc = [[_mm512_setzero_ps(); 4]; G];
-        for (run, _, vb) in kv.runs(n) {
+        for (run, vb) in kv.value_runs(n) {
             for i in run {
                 if stream && j == 0 && i.is_multiple_of(8) {
                     prefetch_rows(&kv, false, i + AHEAD, 8, hd);
@@ -383,7 +383,7 @@ pub(super) unsafe fn attend<const G: usize>(
     }
     while j + 16 <= hd {
         let mut acc = [_mm512_setzero_ps(); G];
-        for (run, _, vb) in kv.runs(n) {
+        for (run, vb) in kv.value_runs(n) {
             for i in run {
                 let val = _mm512_cvtph_ps(_mm256_loadu_si256(vb.add(i * stride + j) as *const _));
                 for (h, a) in acc.iter_mut().enumerate() {
