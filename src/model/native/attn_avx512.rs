@@ -167,10 +167,8 @@ const AHEAD: usize = 32;
 #[inline(always)]
 unsafe fn prefetch_rows(kv: &HeadKv<'_>, keys: bool, i0: usize, rows: usize, hd: usize) {
     use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-    let (pb, ob) = if keys { (kv.pk, kv.k) } else { (kv.pv, kv.v) };
     for i in i0..(i0 + rows).min(kv.n) {
-        let base = if i < kv.shared { pb } else { ob };
-        let p = base.as_ptr().wrapping_add(i * kv.stride) as *const i8;
+        let p = if keys { kv.key(i) } else { kv.val(i) } as *const i8;
         let mut b = 0;
         while b < 2 * hd {
             _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(b));
