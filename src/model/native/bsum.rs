@@ -26,8 +26,16 @@
 //! the number of tokens, so a row of a multi-token product equals the row
 //! alone.
 //!
-//! Every function here but [`pack_portable`], [`dot_avx2`] and
-//! [`reference()`] requires [`super::dot_avx512::available`].
+//! **AVX2, prompts.** From 16 tokens a product takes each tile unpacked
+//! ([`unpack_avx2`]: quants as bytes, each row's `Σq` and its scales as
+//! floats) and the activations' quants as unsigned bytes, and
+//! [`dot_avx2_unpacked`] serves both halves of the tile with one broadcast
+//! of a token's quants; its block loop is written in assembly. The same
+//! bits again.
+//!
+//! Every function here but [`pack_portable`], [`dot_avx2`],
+//! [`unpack_avx2`], [`dot_avx2_unpacked`] and [`reference()`] requires
+//! [`super::dot_avx512::available`].
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
@@ -447,4 +455,401 @@ pub fn reference(t: QType, w: &[u8], a: ActRow<'_>) -> f32 {
         corr = m.mul_add(a.s[b], corr);
     }
     acc + corr
+}
+
+/// A packed tile unpacked for [`dot_avx2_unpacked`]: per block
+/// ([`UNPACKED_BLOCK`] bytes), the 32 quants of each of the 16 rows as
+/// bytes (eight 64-byte vectors: vector `k` holds values `4k..4k + 4` of
+/// every row (`k ≥ 4`: values `16 + 4(k − 4)..`), row `r` at `4r`), then
+/// per row `65536 − 128·Σq` as an `i32` (see [`dot_avx2_unpacked`]), the
+/// scale `d_w` and the minimum `m_w` as `f32`.
+#[derive(Default)]
+pub struct Unpacked {
+    bytes: Aligned<u8>,
+    blocks: usize,
+}
+
+/// Bytes of one block of [`Unpacked`].
+pub const UNPACKED_BLOCK: usize = 8 * 64 + 3 * 64;
+
+/// Unpack the packed tile `tile` of type `t` into `u` (reusing its storage).
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn unpack_avx2(t: QType, tile: &[u8], u: &mut Unpacked) {
+    let nb = tile.len() / PACKED_BLOCK;
+    assert!(tile.len() == nb * PACKED_BLOCK && takes(t), "packed tile");
+    if u.bytes.len() < nb * UNPACKED_BLOCK {
+        u.bytes.refill(nb * UNPACKED_BLOCK);
+    }
+    u.blocks = nb;
+    let low = _mm256_set1_epi8(0x0f);
+    let ones = _mm256_set1_epi8(1);
+    let ones16 = _mm256_set1_epi16(1);
+    for b in 0..nb {
+        let p = tile.as_ptr().add(b * PACKED_BLOCK);
+        let o = u.bytes.as_mut_ptr().add(b * UNPACKED_BLOCK);
+        for h in 0..2 {
+            let mut sum = _mm256_setzero_si256();
+            for k in 0..4 {
+                let x = _mm256_loadu_si256(p.add(64 * k + 32 * h) as *const __m256i);
+                let lo = _mm256_and_si256(x, low);
+                let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(x), low);
+                _mm256_storeu_si256(o.add(64 * k + 32 * h) as *mut __m256i, lo);
+                _mm256_storeu_si256(o.add(64 * (k + 4) + 32 * h) as *mut __m256i, hi);
+                sum = _mm256_add_epi16(sum, _mm256_maddubs_epi16(_mm256_add_epi8(lo, hi), ones));
+            }
+            // Each row's Σq (at most 32·15): the pairs of 16-bit lanes.
+            let sum = _mm256_madd_epi16(sum, ones16);
+            let k = _mm256_sub_epi32(_mm256_set1_epi32(65536), _mm256_slli_epi32::<7>(sum));
+            _mm256_storeu_si256(o.add(512 + 32 * h) as *mut __m256i, k);
+            let d = _mm256_cvtph_ps(_mm_loadu_si128(p.add(256 + 16 * h) as *const __m128i));
+            let m = if t == QType::Q4_1 {
+                _mm256_cvtph_ps(_mm_loadu_si128(p.add(288 + 16 * h) as *const __m128i))
+            } else {
+                _mm256_mul_ps(d, _mm256_set1_ps(-8.0))
+            };
+            _mm256_storeu_ps(o.add(576 + 32 * h) as *mut f32, d);
+            _mm256_storeu_ps(o.add(640 + 32 * h) as *mut f32, m);
+        }
+    }
+}
+
+/// [`dot_avx2`]'s results, bit for bit, from the unpacked tile `u` and the
+/// activations' quants as unsigned bytes `qu = q + 128` (`q ^ 0x80`, row
+/// `i` at `qu[i·a.cols..]`): per token and block, the token's 4 quants
+/// broadcast meet both halves of the 16 rows (`vpmaddubsw` with the
+/// activations unsigned, the weights' bytes from memory), so a broadcast
+/// serves 16 rows and the weights need no unpacking per token. The pair
+/// sums are at most 2·255·15 and their 16-bit sum over the block at most
+/// 61,200: exact as unsigned, and stored offset by 32,768 (the sums start
+/// at `0x8000`) `vpmaddwd` reads them as signed exactly; so
+/// `C = vpmaddwd + 65536 − 128·Σq_w` is [`dot`]'s exact integer sum. The
+/// float steps are [`dot_avx2`]'s.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C; `u` must be `tile` unpacked by
+/// [`unpack_avx2`]; `qu` must hold the rows `ts` of `a` so; `out` must
+/// have room for `(ts.len() − 1)·stride + rows` values.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn dot_avx2_unpacked(
+    t: QType,
+    tile: &[u8],
+    u: &Unpacked,
+    rows: usize,
+    a: &QActs,
+    qu: &[u8],
+    ts: std::ops::Range<usize>,
+    out: *mut f32,
+    stride: usize,
+) {
+    let row = checked_rows(t, tile, rows, a, &ts);
+    assert!(u.blocks == tile.len() / PACKED_BLOCK && qu.len() >= ts.end * a.cols, "unpacked tile");
+    // Per chunk of tokens, the weighted sums, two tokens at a time, stored
+    // as they are, then the minimums' terms added to them, four tokens at
+    // a time: the terms' chains of multiply-adds (one per token and half)
+    // then lie far enough apart that their latency hides, and the chunk's
+    // outputs are still in L1 when the terms are added.
+    let mut c = ts.start;
+    while c < ts.end {
+        let ce = (c + CHUNK).min(ts.end);
+        let mut i = c;
+        while i < ce {
+            let o = out.add((i - ts.start) * stride);
+            let q = qu.as_ptr().add(i * a.cols);
+            if ce - i >= 2 {
+                let acc = pair_unpacked(u, row(i), q);
+                store_rows(acc[0], rows, o);
+                store_rows(acc[1], rows, o.add(stride));
+                i += 2;
+            } else {
+                store_rows(acc_unpacked::<1>(u, row(i), q)[0], rows, o);
+                i += 1;
+            }
+        }
+        let mut i = c;
+        while i < ce {
+            let o = out.add((i - ts.start) * stride);
+            i += match ce - i {
+                n if n >= 4 => add_minimums::<4>(u, rows, row(i), o, stride),
+                n if n >= 2 => add_minimums::<2>(u, rows, row(i), o, stride),
+                _ => add_minimums::<1>(u, rows, row(i), o, stride),
+            };
+        }
+        c = ce;
+    }
+}
+
+/// Tokens a chunk of [`dot_avx2_unpacked`].
+const CHUNK: usize = 8;
+
+/// [`acc_unpacked`] for two tokens, its block loop in assembly. As
+/// compiled, the loop kept fewer values in registers than it could
+/// (weights and accumulators went through the stack): the kernel ran at
+/// 97 G multiply-adds/s on one Zen 4 core (built for Zen 3), and at 120
+/// with this loop (`block_sum_tile_throughput`; 101 for [`dot_avx2`]).
+/// Per block, the same operations on each
+/// lane as [`acc_unpacked`]: the 16-bit sums from `0x8000` over the
+/// eight groups of 4 values in the same order, `vpmaddwd` with ones,
+/// `+ (65536 − 128·Σq_w)`, the conversion, `d_w·d_a` and the multiply-add
+/// into the accumulator.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn pair_unpacked(u: &Unpacked, a: Rows, qu: *const u8) -> [[__m256; 2]; 2] {
+    let nb = a.nb;
+    assert!(nb > 0 && u.blocks == nb, "unpacked tile");
+    let ones = _mm256_set1_epi16(1);
+    let offset = _mm256_set1_epi16(i16::MIN);
+    let (a00, a01, a10, a11): (__m256, __m256, __m256, __m256);
+    // `p` walks the `nb` unpacked blocks, `q0` and `q1` the two tokens'
+    // `nb` blocks of 32 unsigned quants, `d0` and `d1` their `nb` scales;
+    // the loop only reads memory.
+    std::arch::asm!(
+        "vxorps ymm4, ymm4, ymm4",
+        "vxorps ymm5, ymm5, ymm5",
+        "vxorps ymm6, ymm6, ymm6",
+        "vxorps ymm7, ymm7, ymm7",
+        "2:",
+        "vmovdqa ymm0, ymm15",
+        "vmovdqa ymm1, ymm15",
+        "vmovdqa ymm2, ymm15",
+        "vmovdqa ymm3, ymm15",
+        "vmovdqa ymm8, ymmword ptr [{p} + 0]",
+        "vmovdqa ymm9, ymmword ptr [{p} + 32]",
+        "vpbroadcastd ymm10, dword ptr [{q0} + 0]",
+        "vpbroadcastd ymm11, dword ptr [{q1} + 0]",
+        "vpmaddubsw ymm12, ymm10, ymm8",
+        "vpmaddubsw ymm13, ymm10, ymm9",
+        "vpaddw ymm0, ymm0, ymm12",
+        "vpaddw ymm1, ymm1, ymm13",
+        "vpmaddubsw ymm12, ymm11, ymm8",
+        "vpmaddubsw ymm13, ymm11, ymm9",
+        "vpaddw ymm2, ymm2, ymm12",
+        "vpaddw ymm3, ymm3, ymm13",
+        "vmovdqa ymm8, ymmword ptr [{p} + 64]",
+        "vmovdqa ymm9, ymmword ptr [{p} + 96]",
+        "vpbroadcastd ymm10, dword ptr [{q0} + 4]",
+        "vpbroadcastd ymm11, dword ptr [{q1} + 4]",
+        "vpmaddubsw ymm12, ymm10, ymm8",
+        "vpmaddubsw ymm13, ymm10, ymm9",
+        "vpaddw ymm0, ymm0, ymm12",
+        "vpaddw ymm1, ymm1, ymm13",
+        "vpmaddubsw ymm12, ymm11, ymm8",
+        "vpmaddubsw ymm13, ymm11, ymm9",
+        "vpaddw ymm2, ymm2, ymm12",
+        "vpaddw ymm3, ymm3, ymm13",
+        "vmovdqa ymm8, ymmword ptr [{p} + 128]",
+        "vmovdqa ymm9, ymmword ptr [{p} + 160]",
+        "vpbroadcastd ymm10, dword ptr [{q0} + 8]",
+        "vpbroadcastd ymm11, dword ptr [{q1} + 8]",
+        "vpmaddubsw ymm12, ymm10, ymm8",
+        "vpmaddubsw ymm13, ymm10, ymm9",
+        "vpaddw ymm0, ymm0, ymm12",
+        "vpaddw ymm1, ymm1, ymm13",
+        "vpmaddubsw ymm12, ymm11, ymm8",
+        "vpmaddubsw ymm13, ymm11, ymm9",
+        "vpaddw ymm2, ymm2, ymm12",
+        "vpaddw ymm3, ymm3, ymm13",
+        "vmovdqa ymm8, ymmword ptr [{p} + 192]",
+        "vmovdqa ymm9, ymmword ptr [{p} + 224]",
+        "vpbroadcastd ymm10, dword ptr [{q0} + 12]",
+        "vpbroadcastd ymm11, dword ptr [{q1} + 12]",
+        "vpmaddubsw ymm12, ymm10, ymm8",
+        "vpmaddubsw ymm13, ymm10, ymm9",
+        "vpaddw ymm0, ymm0, ymm12",
+        "vpaddw ymm1, ymm1, ymm13",
+        "vpmaddubsw ymm12, ymm11, ymm8",
+        "vpmaddubsw ymm13, ymm11, ymm9",
+        "vpaddw ymm2, ymm2, ymm12",
+        "vpaddw ymm3, ymm3, ymm13",
+        "vmovdqa ymm8, ymmword ptr [{p} + 256]",
+        "vmovdqa ymm9, ymmword ptr [{p} + 288]",
+        "vpbroadcastd ymm10, dword ptr [{q0} + 16]",
+        "vpbroadcastd ymm11, dword ptr [{q1} + 16]",
+        "vpmaddubsw ymm12, ymm10, ymm8",
+        "vpmaddubsw ymm13, ymm10, ymm9",
+        "vpaddw ymm0, ymm0, ymm12",
+        "vpaddw ymm1, ymm1, ymm13",
+        "vpmaddubsw ymm12, ymm11, ymm8",
+        "vpmaddubsw ymm13, ymm11, ymm9",
+        "vpaddw ymm2, ymm2, ymm12",
+        "vpaddw ymm3, ymm3, ymm13",
+        "vmovdqa ymm8, ymmword ptr [{p} + 320]",
+        "vmovdqa ymm9, ymmword ptr [{p} + 352]",
+        "vpbroadcastd ymm10, dword ptr [{q0} + 20]",
+        "vpbroadcastd ymm11, dword ptr [{q1} + 20]",
+        "vpmaddubsw ymm12, ymm10, ymm8",
+        "vpmaddubsw ymm13, ymm10, ymm9",
+        "vpaddw ymm0, ymm0, ymm12",
+        "vpaddw ymm1, ymm1, ymm13",
+        "vpmaddubsw ymm12, ymm11, ymm8",
+        "vpmaddubsw ymm13, ymm11, ymm9",
+        "vpaddw ymm2, ymm2, ymm12",
+        "vpaddw ymm3, ymm3, ymm13",
+        "vmovdqa ymm8, ymmword ptr [{p} + 384]",
+        "vmovdqa ymm9, ymmword ptr [{p} + 416]",
+        "vpbroadcastd ymm10, dword ptr [{q0} + 24]",
+        "vpbroadcastd ymm11, dword ptr [{q1} + 24]",
+        "vpmaddubsw ymm12, ymm10, ymm8",
+        "vpmaddubsw ymm13, ymm10, ymm9",
+        "vpaddw ymm0, ymm0, ymm12",
+        "vpaddw ymm1, ymm1, ymm13",
+        "vpmaddubsw ymm12, ymm11, ymm8",
+        "vpmaddubsw ymm13, ymm11, ymm9",
+        "vpaddw ymm2, ymm2, ymm12",
+        "vpaddw ymm3, ymm3, ymm13",
+        "vmovdqa ymm8, ymmword ptr [{p} + 448]",
+        "vmovdqa ymm9, ymmword ptr [{p} + 480]",
+        "vpbroadcastd ymm10, dword ptr [{q0} + 28]",
+        "vpbroadcastd ymm11, dword ptr [{q1} + 28]",
+        "vpmaddubsw ymm12, ymm10, ymm8",
+        "vpmaddubsw ymm13, ymm10, ymm9",
+        "vpaddw ymm0, ymm0, ymm12",
+        "vpaddw ymm1, ymm1, ymm13",
+        "vpmaddubsw ymm12, ymm11, ymm8",
+        "vpmaddubsw ymm13, ymm11, ymm9",
+        "vpaddw ymm2, ymm2, ymm12",
+        "vpaddw ymm3, ymm3, ymm13",
+        "vpmaddwd ymm0, ymm0, ymm14",
+        "vpmaddwd ymm1, ymm1, ymm14",
+        "vpmaddwd ymm2, ymm2, ymm14",
+        "vpmaddwd ymm3, ymm3, ymm14",
+        "vpaddd ymm0, ymm0, ymmword ptr [{p} + 512]",
+        "vpaddd ymm1, ymm1, ymmword ptr [{p} + 544]",
+        "vpaddd ymm2, ymm2, ymmword ptr [{p} + 512]",
+        "vpaddd ymm3, ymm3, ymmword ptr [{p} + 544]",
+        "vcvtdq2ps ymm0, ymm0",
+        "vcvtdq2ps ymm1, ymm1",
+        "vcvtdq2ps ymm2, ymm2",
+        "vcvtdq2ps ymm3, ymm3",
+        "vbroadcastss ymm10, dword ptr [{d0}]",
+        "vbroadcastss ymm11, dword ptr [{d1}]",
+        "vmulps ymm12, ymm10, ymmword ptr [{p} + 576]",
+        "vmulps ymm13, ymm10, ymmword ptr [{p} + 608]",
+        "vfmadd231ps ymm4, ymm0, ymm12",
+        "vfmadd231ps ymm5, ymm1, ymm13",
+        "vmulps ymm12, ymm11, ymmword ptr [{p} + 576]",
+        "vmulps ymm13, ymm11, ymmword ptr [{p} + 608]",
+        "vfmadd231ps ymm6, ymm2, ymm12",
+        "vfmadd231ps ymm7, ymm3, ymm13",
+        "add {p}, 704",
+        "add {q0}, 32",
+        "add {q1}, 32",
+        "add {d0}, 4",
+        "add {d1}, 4",
+        "dec {n}",
+        "jnz 2b",
+        p = inout(reg) u.bytes.as_ptr() => _,
+        q0 = inout(reg) qu => _,
+        q1 = inout(reg) qu.add(a.cols) => _,
+        d0 = inout(reg) a.d => _,
+        d1 = inout(reg) a.d.add(nb) => _,
+        n = inout(reg) nb => _,
+        in("ymm14") ones,
+        in("ymm15") offset,
+        out("ymm0") _, out("ymm1") _, out("ymm2") _, out("ymm3") _,
+        out("ymm4") a00, out("ymm5") a01, out("ymm6") a10, out("ymm7") a11,
+        out("ymm8") _, out("ymm9") _, out("ymm10") _, out("ymm11") _, out("ymm12") _, out("ymm13") _,
+        options(nostack, readonly),
+    );
+    [[a00, a01], [a10, a11]]
+}
+
+/// The weighted sums `Σ_b float(C)·(d_w·d_a)` of [`dot_avx2_unpacked`]
+/// for the `N` tokens from `a` (quants `qu`): per token, rows 0–7 and
+/// 8–15.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn acc_unpacked<const N: usize>(u: &Unpacked, a: Rows, qu: *const u8) -> [[__m256; 2]; N] {
+    let nb = a.nb;
+    let ones = _mm256_set1_epi16(1);
+    let offset = _mm256_set1_epi16(i16::MIN);
+    let mut acc = [[_mm256_setzero_ps(); 2]; N];
+    for b in 0..nb {
+        let p = u.bytes.as_ptr().add(b * UNPACKED_BLOCK);
+        let mut s = [[offset; 2]; N];
+        for k in 0..8 {
+            let wl = _mm256_load_si256(p.add(64 * k) as *const __m256i);
+            let wh = _mm256_load_si256(p.add(64 * k + 32) as *const __m256i);
+            for (i, s) in s.iter_mut().enumerate() {
+                let x = qu.add(i * a.cols + QK * b + 4 * k) as *const i32;
+                let bc = _mm256_set1_epi32(std::ptr::read_unaligned(x));
+                s[0] = _mm256_add_epi16(s[0], _mm256_maddubs_epi16(bc, wl));
+                s[1] = _mm256_add_epi16(s[1], _mm256_maddubs_epi16(bc, wh));
+            }
+        }
+        for (i, acc) in acc.iter_mut().enumerate() {
+            let da = _mm256_set1_ps(*a.d.add(i * nb + b));
+            for h in 0..2 {
+                let k = _mm256_load_si256(p.add(512 + 32 * h) as *const __m256i);
+                let c = _mm256_add_epi32(_mm256_madd_epi16(s[i][h], ones), k);
+                let d = _mm256_load_ps(p.add(576 + 32 * h) as *const f32);
+                acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c), _mm256_mul_ps(d, da), acc[h]);
+            }
+        }
+    }
+    acc
+}
+
+/// The first `rows` (at most 16) values of the two halves `v` to `o`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn store_rows(v: [__m256; 2], rows: usize, o: *mut f32) {
+    for (h, v) in v.iter().enumerate() {
+        let n = rows.saturating_sub(8 * h).min(8);
+        if n == 8 {
+            _mm256_storeu_ps(o.add(8 * h), *v);
+        } else if n > 0 {
+            let mut tmp = [0f32; 8];
+            _mm256_storeu_ps(tmp.as_mut_ptr(), *v);
+            std::ptr::copy_nonoverlapping(tmp.as_ptr(), o.add(8 * h), n);
+        }
+    }
+}
+
+/// The first `rows` (at most 16) values at `o` as two halves (zeros past
+/// `rows`).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn load_rows(rows: usize, o: *const f32) -> [__m256; 2] {
+    [0, 1].map(|h| {
+        let n = rows.saturating_sub(8 * h).min(8);
+        if n == 8 {
+            _mm256_loadu_ps(o.add(8 * h))
+        } else {
+            let mut tmp = [0f32; 8];
+            std::ptr::copy_nonoverlapping(o.add(8 * h), tmp.as_mut_ptr(), n);
+            _mm256_loadu_ps(tmp.as_ptr())
+        }
+    })
+}
+
+/// The minimums' terms `Σ_b m_w·s_a` (in block order) of the `N` tokens
+/// from `a`, added to the weighted sums stored at `out` (token `i` at
+/// `out[i·stride..]`); returns `N`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn add_minimums<const N: usize>(u: &Unpacked, rows: usize, a: Rows, out: *mut f32, stride: usize) -> usize {
+    let nb = a.nb;
+    let mut corr = [[_mm256_setzero_ps(); 2]; N];
+    for b in 0..nb {
+        let p = u.bytes.as_ptr().add(b * UNPACKED_BLOCK);
+        let m = [0, 1].map(|h| _mm256_load_ps(p.add(640 + 32 * h) as *const f32));
+        for (i, corr) in corr.iter_mut().enumerate() {
+            let sa = _mm256_set1_ps(*a.s.add(i * nb + b));
+            for h in 0..2 {
+                corr[h] = _mm256_fmadd_ps(m[h], sa, corr[h]);
+            }
+        }
+    }
+    for (i, corr) in corr.iter().enumerate() {
+        let o = out.add(i * stride);
+        let acc = load_rows(rows, o);
+        store_rows([_mm256_add_ps(acc[0], corr[0]), _mm256_add_ps(acc[1], corr[1])], rows, o);
+    }
+    N
 }

@@ -243,6 +243,9 @@ pub fn matmul(jobs: &mut [(&QMatrix, &mut [f32])], x: &[f32], tokens: usize, ker
     let bsum = kernels.block_sums();
     if q32 {
         qa.quantize_into(x, cols, set != Set::Scalar);
+        if unpacks_avx2(set, bsum, tokens) && jobs.iter().any(|(w, _)| super::bsum::takes(w.qtype)) {
+            qa.fill_unsigned();
+        }
     }
     if qk {
         ka.quantize_into(x, cols, sub, set != Set::Scalar);
@@ -271,6 +274,13 @@ pub fn warm_thread(mats: &[&QMatrix], rows: usize, kernels: Kernels) {
             qa.quantize_into(&x, w.cols, set != Set::Scalar);
         }
         #[cfg(target_arch = "x86_64")]
+        if unpacks_avx2(set, bsum, rows) && super::bsum::takes(w.qtype) {
+            qa.fill_unsigned();
+            let tile = &w.packed()[..w.cols / QK * super::bsum::PACKED_BLOCK];
+            // SAFETY: `Set::Avx2` is only chosen when the CPU has AVX2, FMA and F16C.
+            AVX2_TILE.with_borrow_mut(|u| unsafe { super::bsum::unpack_avx2(w.qtype, tile, u) });
+        }
+        #[cfg(target_arch = "x86_64")]
         if set == Set::Avx512 {
             if bsum && super::bsum::takes(w.qtype) {
                 if super::amx::available() {
@@ -297,6 +307,17 @@ pub fn warm_thread(mats: &[&QMatrix], rows: usize, kernels: Kernels) {
 thread_local! {
     /// Each thread's quantized activations (see [`matmul`]).
     static ACTS: std::cell::RefCell<(QActs, KActs)> = std::cell::RefCell::default();
+}
+
+/// Tokens from which the AVX2 block sums unpack each weight tile
+/// ([`super::bsum::dot_avx2_unpacked`]): unpacking a tile costs about what
+/// one token's products with it do.
+const AVX2_UNPACK_TOKENS: usize = 16;
+
+/// True when products of `tokens` activation rows use the unpacked AVX2
+/// block sums.
+fn unpacks_avx2(set: Set, bsum: bool, tokens: usize) -> bool {
+    cfg!(target_arch = "x86_64") && set == Set::Avx2 && bsum && tokens >= AVX2_UNPACK_TOKENS
 }
 
 /// The products of [`matmul`] once the activations are quantized.
@@ -614,6 +635,21 @@ fn rows_bsum(w: &QMatrix, a: &QActs, rows: std::ops::Range<usize>, out: Out, set
                 });
             }
             let o = out.0.wrapping_add(t * w.rows + r0);
+            if let Some(qu) = a.unsigned().filter(|_| !avx512 && te - t >= AVX2_UNPACK_TOKENS) {
+                AVX2_TILE.with_borrow_mut(|u| {
+                    // SAFETY: the block sums run with `Set::Avx2` only when
+                    // the CPU has AVX2, FMA and F16C (`dot_avx2::available()`);
+                    // `u` is this tile unpacked, `qu` these activations'
+                    // unsigned quants; the output has room for rows
+                    // r0..r0 + n_rows of tokens t..te, and only this task
+                    // writes those rows.
+                    unsafe {
+                        bsum::unpack_avx2(w.qtype, tile, u);
+                        bsum::dot_avx2_unpacked(w.qtype, tile, u, n_rows, a, qu, t..te, o, w.rows);
+                    }
+                });
+                continue;
+            }
             // SAFETY: the block sums are only chosen with `Set::Avx512`
             // (`dot_avx512::available()`) or `Set::Avx2`
             // (`dot_avx2::available()`); the output has room for rows
@@ -634,6 +670,9 @@ fn rows_bsum(w: &QMatrix, a: &QActs, rows: std::ops::Range<usize>, out: Out, set
 thread_local! {
     /// Each thread's weight tile unpacked for AMX (reused, see [`rows_bsum`]).
     static AMX_TILE: std::cell::RefCell<super::amx::Unpacked> = std::cell::RefCell::default();
+    /// Each thread's weight tile unpacked for the AVX2 block sums of
+    /// prompts (reused, see [`rows_bsum`]).
+    static AVX2_TILE: std::cell::RefCell<super::bsum::Unpacked> = std::cell::RefCell::default();
 }
 
 /// Activation rows `t0..t0 + N`. A plain loop, inlined: through

@@ -292,6 +292,10 @@ pub struct QActs {
     /// the group's kernels); only whole groups, and only for prompts.
     pub gd: Aligned<f32>,
     pub gs: Aligned<f32>,
+    /// The quants as unsigned bytes, `q + 128` (`q ^ 0x80`), for the AVX2
+    /// block sums of prompts ([`super::bsum::dot_avx2_unpacked`]): filled
+    /// by [`QActs::fill_unsigned`], emptied by every quantization.
+    pub qu: Aligned<u8>,
 }
 
 /// Rows of a group of activations (see [`QActs::group`]).
@@ -389,11 +393,11 @@ impl QActs {
         a.qs.refill(x.len());
         a.d.refill(nblocks);
         a.s.refill(nblocks);
+        a.qu.refill(0);
         let row = |((x, qs), (d, s)): RowParts<'_>| {
             for (b, blk) in x.chunks_exact(QK).enumerate() {
                 let q = &mut qs[QK * b..QK * (b + 1)];
-                let db = quantize_block(blk, q, simd);
-                let sum: i32 = q.iter().map(|&q| q as i32).sum();
+                let (db, sum) = quantize_block_sum(blk, q, simd);
                 d[b] = db;
                 s[b] = db * sum as f32;
             }
@@ -427,6 +431,27 @@ impl QActs {
         self.qs.len().checked_div(self.cols).unwrap_or(0)
     }
 
+    /// Fill [`QActs::qu`] from the quants.
+    pub fn fill_unsigned(&mut self) {
+        self.qu.refill(self.qs.len());
+        let flip = |(u, q): (&mut [u8], &[i8])| {
+            for (u, &q) in u.iter_mut().zip(q) {
+                *u = q as u8 ^ 0x80;
+            }
+        };
+        let cols = self.cols.max(1);
+        if self.rows() >= PARALLEL_ROWS {
+            self.qu.par_chunks_mut(cols).zip(self.qs.par_chunks(cols)).with_min_len(4).for_each(flip);
+        } else {
+            self.qu.chunks_mut(cols).zip(self.qs.chunks(cols)).for_each(flip);
+        }
+    }
+
+    /// [`QActs::qu`] when it holds the quants of these activations.
+    pub fn unsigned(&self) -> Option<&[u8]> {
+        (self.qu.len() == self.qs.len() && !self.qs.is_empty()).then_some(&self.qu[..])
+    }
+
     #[inline(always)]
     pub fn row(&self, r: usize) -> ActRow<'_> {
         let nb = self.cols / QK;
@@ -458,13 +483,19 @@ impl QActs {
 /// `simd`: with AVX2 where the CPU has it (and the block is whole 32s),
 /// which gives the same bits.
 pub(super) fn quantize_block(x: &[f32], out: &mut [i8], simd: bool) -> f32 {
+    quantize_block_sum(x, out, simd).0
+}
+
+/// [`quantize_block`], and the sum of the quants.
+pub(super) fn quantize_block_sum(x: &[f32], out: &mut [i8], simd: bool) -> (f32, i32) {
     #[cfg(target_arch = "x86_64")]
     if simd && x.len().is_multiple_of(32) && super::ops::simd_available() {
         assert_eq!(x.len(), out.len());
         // SAFETY: AVX2 is present; `out` is as long as `x`.
         return unsafe { quantize_block_avx2(x, out) };
     }
-    quantize_block_scalar(x, out)
+    let d = quantize_block_scalar(x, out);
+    (d, out.iter().map(|&q| q as i32).sum())
 }
 
 fn quantize_block_scalar(x: &[f32], out: &mut [i8]) -> f32 {
@@ -477,56 +508,62 @@ fn quantize_block_scalar(x: &[f32], out: &mut [i8]) -> f32 {
     d
 }
 
-/// [`quantize_block_scalar`] with 8 lanes: the maximum is exact in any
-/// order, the product is the same, and `f32::round` (halves away from
-/// zero) is the truncation plus one step away from zero where the
-/// fraction, exact for these magnitudes, is at least one half (test
+/// [`quantize_block_scalar`] with 8 lanes, and the sum of the quants: the
+/// maximum is exact in any order (no lane is NaN: `max(v, m)` returns `m`
+/// where `v` is NaN, as `f32::max` does), the product is the same, and the
+/// rounding is [`round_to_i8_avx2`]'s (test
 /// `simd_activation_quantization_equals_the_scalar`).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn quantize_block_avx2(x: &[f32], out: &mut [i8]) -> f32 {
+unsafe fn quantize_block_avx2(x: &[f32], out: &mut [i8]) -> (f32, i32) {
     use std::arch::x86_64::*;
     let p = x.as_ptr();
     let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
     let mut m = _mm256_setzero_ps();
     for i in (0..x.len()).step_by(8) {
-        // max(v, m) returns m where v is NaN, as f32::max does.
         m = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(p.add(i)), abs), m);
     }
-    let mut lanes = [0f32; 8];
-    _mm256_storeu_ps(lanes.as_mut_ptr(), m);
-    let amax = lanes.iter().fold(0f32, |a, &v| a.max(v));
+    let m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
+    let m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    let amax = _mm_cvtss_f32(_mm_max_ss(m2, _mm_shuffle_ps::<1>(m2, m2)));
     let d = amax / 127.0;
     let id = if d > 0.0 { 1.0 / d } else { 0.0 };
     let idv = _mm256_set1_ps(id);
     let round = |v: __m256| round_to_i8_avx2(_mm256_mul_ps(v, idv));
     let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    let mut sum = _mm256_setzero_si256();
     for i in (0..x.len()).step_by(32) {
         let q = [0, 8, 16, 24].map(|o| round(_mm256_loadu_ps(p.add(i + o))));
         let w = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
         _mm256_storeu_si256(out.as_mut_ptr().add(i) as *mut __m256i, _mm256_permutevar8x32_epi32(w, order));
+        // Pairs (at most 256 in size), then fours, as 32-bit sums.
+        let pairs = _mm256_maddubs_epi16(_mm256_set1_epi8(1), w);
+        sum = _mm256_add_epi32(sum, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
     }
-    d
+    let s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256::<1>(sum));
+    let s2 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
+    (d, _mm_cvtsi128_si32(_mm_add_epi32(s2, _mm_shuffle_epi32::<1>(s2))))
 }
 
 /// `t.round() as i8` on 8 lanes (as i32 lanes): `as i8` saturates and
 /// takes NaN to 0, so clamping first to [-128, 127] (NaN to 0) gives the
-/// same; then the truncation, plus one step away from zero where the
-/// fraction (exact below 2²³) is at least one half.
+/// same; then the truncation of `t ± 0.49999997` (the float below one
+/// half, with `t`'s sign). The sum is rounded to nearest: a fraction of
+/// one half or more reaches the next integer (`k + 0.5 + 0.49999997` lies
+/// nearer `k + 1` than any float below it), a smaller one does not (for
+/// `|t| < 0.5` the sum stays below 1, and above that `t`'s own spacing
+/// keeps it a step below the integer). Test
+/// `rounding_to_i8_is_exact_for_every_f32` checks every f32.
 #[cfg(target_arch = "x86_64")]
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn round_to_i8_avx2(t: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256i {
     use std::arch::x86_64::*;
-    let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
     let sign = _mm256_castsi256_ps(_mm256_set1_epi32(i32::MIN));
     let t = _mm256_and_ps(t, _mm256_cmp_ps(t, t, _CMP_ORD_Q));
     let t = _mm256_max_ps(_mm256_min_ps(t, _mm256_set1_ps(127.0)), _mm256_set1_ps(-128.0));
-    let tr = _mm256_round_ps(t, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-    let frac = _mm256_and_ps(_mm256_sub_ps(t, tr), abs);
-    let away = _mm256_or_ps(_mm256_and_ps(t, sign), _mm256_set1_ps(1.0));
-    let step = _mm256_and_ps(_mm256_cmp_ps(frac, _mm256_set1_ps(0.5), _CMP_GE_OQ), away);
-    _mm256_cvttps_epi32(_mm256_add_ps(tr, step))
+    let half = _mm256_or_ps(_mm256_and_ps(t, sign), _mm256_set1_ps(f32::from_bits(0x3eff_ffff)));
+    _mm256_cvttps_epi32(_mm256_add_ps(t, half))
 }
 
 /// Activations quantized to 8 bits per super-block of [`QK_K`] values

@@ -317,7 +317,8 @@ fn each_row_of_a_multi_token_product_equals_the_row_alone() {
 /// The block-sum products of Q4_0 and Q4_1 (`bsum`) give
 /// `bsum::reference` bit for bit on the packed tiles, for token counts that
 /// take every group size (16 on AMX tiles where the CPU grants them, then
-/// 8, 4, 2 and 1 with VNNI; 4, 2 and 1 with AVX2), row counts that leave a
+/// 8, 4, 2 and 1 with VNNI; 4, 2 and 1 with AVX2, and from 16 tokens the
+/// AVX2 kernel on unpacked tiles, pairs and one), row counts that leave a
 /// partial tile, and one block or many; and each token alone gives the
 /// same. The default set runs them on AVX-512 VNNI and on AVX2 machines;
 /// `Avx2Sums` runs the AVX2 ones everywhere.
@@ -407,12 +408,34 @@ fn avx2_block_sums_are_exact_bit_for_bit() {
                         assert_eq!(y[t * rows + r].to_bits(), want.to_bits(), "{q:?} {rows}×{cols}: ({t}, {r})");
                     }
                 }
+                // The unpacked kernel (prompts): 4, 3 (a pair and one) and
+                // 1 tokens give the same bits.
+                let mut u = bsum::Unpacked::default();
+                let mut a = a.clone();
+                a.fill_unsigned();
+                let qu = a.unsigned().expect("unsigned quants");
+                for from in [0, 1, 3] {
+                    let mut z = vec![f32::NAN; 4 * rows];
+                    // SAFETY: as above; `u` is this tile unpacked.
+                    unsafe {
+                        bsum::unpack_avx2(q, tile, &mut u);
+                        let o = z.as_mut_ptr().add(from * rows + r0);
+                        bsum::dot_avx2_unpacked(q, tile, &u, n_rows, &a, qu, from..4, o, rows);
+                    }
+                    for t in from..4 {
+                        for r in r0..r0 + n_rows {
+                            let (got, want) = (z[t * rows + r], y[t * rows + r]);
+                            assert_eq!(got.to_bits(), want.to_bits(), "{q:?} unpacked from {from}: ({t}, {r})");
+                        }
+                    }
+                }
             }
         }
     }
 }
 
-/// In-cache throughput of the block-sum tile kernels alone (AVX2, and
+/// In-cache throughput of the block-sum tile kernels alone (AVX2 on the
+/// packed tile and on the unpacked one, which must give the same bits, and
 /// AVX-512 where present): one Q4_1 tile of 16 rows × 576 over 64 tokens,
 /// best of many calls, in G multiply-adds/s and cycles per 3.3 GHz for a
 /// token, block and 8 rows. `cargo test --release --lib
@@ -447,6 +470,15 @@ fn block_sum_tile_throughput() {
     };
     // SAFETY: AVX2, FMA and F16C are present; `y` has room for every token's rows.
     time("AVX2 block sums", &|o| unsafe { bsum::dot_avx2(QType::Q4_1, &tile, rows, &a, 0..tokens, o, rows) });
+    let want = y.clone();
+    let qu: Vec<u8> = a.qs.iter().map(|&q| q as u8 ^ 0x80).collect();
+    let mut u = bsum::Unpacked::default();
+    // SAFETY: as above.
+    unsafe { bsum::unpack_avx2(QType::Q4_1, &tile, &mut u) };
+    time("AVX2 block sums, unpacked", &|o| unsafe {
+        bsum::dot_avx2_unpacked(QType::Q4_1, &tile, &u, rows, &a, &qu, 0..tokens, o, rows)
+    });
+    assert!(want.iter().zip(&y).all(|(a, b)| a.to_bits() == b.to_bits()), "unpacked kernel bits");
     if dot_avx512::available() {
         // SAFETY: AVX-512 VNNI is present.
         time("AVX-512 block sums", &|o| unsafe { bsum::dot(QType::Q4_1, &tile, rows, &a, 0..tokens, o, rows) });
@@ -812,4 +844,25 @@ fn product_throughput() {
         q.name(),
         kernels.name()
     );
+}
+
+/// Quantizing activations (Q8_0-style, the 32-value types' format) on one
+/// thread: 64 rows of SmolLM2's widths, best of many, in ns per value.
+/// `cargo test --release --lib activation_quantization_throughput --
+/// --ignored --nocapture`.
+#[test]
+#[ignore]
+fn activation_quantization_throughput() {
+    for cols in [576usize, 1536] {
+        let x = values(8 * cols, 7, 2.0);
+        let mut a = QActs::default();
+        let mut best = f64::MAX;
+        for _ in 0..2000 {
+            let t0 = std::time::Instant::now();
+            a.quantize_into(&x, cols, true);
+            best = best.min(t0.elapsed().as_secs_f64());
+        }
+        eprintln!("{cols} columns: {:.3} ns a value", best * 1e9 / x.len() as f64);
+        std::hint::black_box(&a);
+    }
 }
