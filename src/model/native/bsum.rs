@@ -421,18 +421,23 @@ unsafe fn group_avx2<const N: usize>(
         }
         let n = (rows - 8 * half).min(8);
         for i in 0..N {
-            let v = _mm256_add_ps(acc[i], corr[i]);
-            let o = out.add(i * stride + 8 * half);
-            if n == 8 {
-                _mm256_storeu_ps(o, v);
-            } else {
-                let mut tmp = [0f32; 8];
-                _mm256_storeu_ps(tmp.as_mut_ptr(), v);
-                std::ptr::copy_nonoverlapping(tmp.as_ptr(), o, n);
-            }
+            store_part(_mm256_add_ps(acc[i], corr[i]), n, out.add(i * stride + 8 * half));
         }
     }
     N
+}
+
+/// The first `n` (at most 8) values of `v` to `o`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn store_part(v: __m256, n: usize, o: *mut f32) {
+    if n == 8 {
+        _mm256_storeu_ps(o, v);
+    } else {
+        let mut tmp = [0f32; 8];
+        _mm256_storeu_ps(tmp.as_mut_ptr(), v);
+        std::ptr::copy_nonoverlapping(tmp.as_ptr(), o, n);
+    }
 }
 
 /// The block sums (v3) of one weight row and one activation row, computed
@@ -471,6 +476,11 @@ pub struct Unpacked {
 
 /// Bytes of one block of [`Unpacked`].
 pub const UNPACKED_BLOCK: usize = 8 * 64 + 3 * 64;
+/// Where a block of [`Unpacked`] holds the rows' `65536 − 128·Σq`, their
+/// scales and their minimums (16 values each, rows 0–7 then 8–15).
+const SUMS: usize = 8 * 64;
+const SCALES: usize = SUMS + 64;
+const MINS: usize = SCALES + 64;
 
 /// Unpack the packed tile `tile` of type `t` into `u` (reusing its storage).
 ///
@@ -504,15 +514,15 @@ pub unsafe fn unpack_avx2(t: QType, tile: &[u8], u: &mut Unpacked) {
             // Each row's Σq (at most 32·15): the pairs of 16-bit lanes.
             let sum = _mm256_madd_epi16(sum, ones16);
             let k = _mm256_sub_epi32(_mm256_set1_epi32(65536), _mm256_slli_epi32::<7>(sum));
-            _mm256_storeu_si256(o.add(512 + 32 * h) as *mut __m256i, k);
+            _mm256_storeu_si256(o.add(SUMS + 32 * h) as *mut __m256i, k);
             let d = _mm256_cvtph_ps(_mm_loadu_si128(p.add(256 + 16 * h) as *const __m128i));
             let m = if t == QType::Q4_1 {
                 _mm256_cvtph_ps(_mm_loadu_si128(p.add(288 + 16 * h) as *const __m128i))
             } else {
                 _mm256_mul_ps(d, _mm256_set1_ps(-8.0))
             };
-            _mm256_storeu_ps(o.add(576 + 32 * h) as *mut f32, d);
-            _mm256_storeu_ps(o.add(640 + 32 * h) as *mut f32, m);
+            _mm256_storeu_ps(o.add(SCALES + 32 * h) as *mut f32, d);
+            _mm256_storeu_ps(o.add(MINS + 32 * h) as *mut f32, m);
         }
     }
 }
@@ -662,25 +672,25 @@ unsafe fn pair_unpacked(u: &Unpacked, a: Rows, qu: *const u8) -> [[__m256; 2]; 2
         "vpmaddwd ymm1, ymm1, ymm14",
         "vpmaddwd ymm2, ymm2, ymm14",
         "vpmaddwd ymm3, ymm3, ymm14",
-        "vpaddd ymm0, ymm0, ymmword ptr [{p} + 512]",
-        "vpaddd ymm1, ymm1, ymmword ptr [{p} + 544]",
-        "vpaddd ymm2, ymm2, ymmword ptr [{p} + 512]",
-        "vpaddd ymm3, ymm3, ymmword ptr [{p} + 544]",
+        "vpaddd ymm0, ymm0, ymmword ptr [{p} + {sums}]",
+        "vpaddd ymm1, ymm1, ymmword ptr [{p} + {sums} + 32]",
+        "vpaddd ymm2, ymm2, ymmword ptr [{p} + {sums}]",
+        "vpaddd ymm3, ymm3, ymmword ptr [{p} + {sums} + 32]",
         "vcvtdq2ps ymm0, ymm0",
         "vcvtdq2ps ymm1, ymm1",
         "vcvtdq2ps ymm2, ymm2",
         "vcvtdq2ps ymm3, ymm3",
         "vbroadcastss ymm10, dword ptr [{d0}]",
         "vbroadcastss ymm11, dword ptr [{d1}]",
-        "vmulps ymm12, ymm10, ymmword ptr [{p} + 576]",
-        "vmulps ymm13, ymm10, ymmword ptr [{p} + 608]",
+        "vmulps ymm12, ymm10, ymmword ptr [{p} + {scales}]",
+        "vmulps ymm13, ymm10, ymmword ptr [{p} + {scales} + 32]",
         "vfmadd231ps ymm4, ymm0, ymm12",
         "vfmadd231ps ymm5, ymm1, ymm13",
-        "vmulps ymm12, ymm11, ymmword ptr [{p} + 576]",
-        "vmulps ymm13, ymm11, ymmword ptr [{p} + 608]",
+        "vmulps ymm12, ymm11, ymmword ptr [{p} + {scales}]",
+        "vmulps ymm13, ymm11, ymmword ptr [{p} + {scales} + 32]",
         "vfmadd231ps ymm6, ymm2, ymm12",
         "vfmadd231ps ymm7, ymm3, ymm13",
-        "add {p}, 704",
+        "add {p}, {block}",
         "add {q0}, 32",
         "add {q1}, 32",
         "add {d0}, 4",
@@ -693,6 +703,9 @@ unsafe fn pair_unpacked(u: &Unpacked, a: Rows, qu: *const u8) -> [[__m256; 2]; 2
         d0 = inout(reg) a.d => _,
         d1 = inout(reg) a.d.add(nb) => _,
         n = inout(reg) nb => _,
+        sums = const SUMS,
+        scales = const SCALES,
+        block = const UNPACKED_BLOCK,
         in("ymm14") ones,
         in("ymm15") offset,
         out("ymm0") _, out("ymm1") _, out("ymm2") _, out("ymm3") _,
@@ -729,9 +742,9 @@ unsafe fn acc_unpacked<const N: usize>(u: &Unpacked, a: Rows, qu: *const u8) -> 
         for (i, acc) in acc.iter_mut().enumerate() {
             let da = _mm256_set1_ps(*a.d.add(i * nb + b));
             for h in 0..2 {
-                let k = _mm256_load_si256(p.add(512 + 32 * h) as *const __m256i);
+                let k = _mm256_load_si256(p.add(SUMS + 32 * h) as *const __m256i);
                 let c = _mm256_add_epi32(_mm256_madd_epi16(s[i][h], ones), k);
-                let d = _mm256_load_ps(p.add(576 + 32 * h) as *const f32);
+                let d = _mm256_load_ps(p.add(SCALES + 32 * h) as *const f32);
                 acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c), _mm256_mul_ps(d, da), acc[h]);
             }
         }
@@ -745,12 +758,8 @@ unsafe fn acc_unpacked<const N: usize>(u: &Unpacked, a: Rows, qu: *const u8) -> 
 unsafe fn store_rows(v: [__m256; 2], rows: usize, o: *mut f32) {
     for (h, v) in v.iter().enumerate() {
         let n = rows.saturating_sub(8 * h).min(8);
-        if n == 8 {
-            _mm256_storeu_ps(o.add(8 * h), *v);
-        } else if n > 0 {
-            let mut tmp = [0f32; 8];
-            _mm256_storeu_ps(tmp.as_mut_ptr(), *v);
-            std::ptr::copy_nonoverlapping(tmp.as_ptr(), o.add(8 * h), n);
+        if n > 0 {
+            store_part(*v, n, o.add(8 * h));
         }
     }
 }
@@ -782,7 +791,7 @@ unsafe fn add_minimums<const N: usize>(u: &Unpacked, rows: usize, a: Rows, out: 
     let mut corr = [[_mm256_setzero_ps(); 2]; N];
     for b in 0..nb {
         let p = u.bytes.as_ptr().add(b * UNPACKED_BLOCK);
-        let m = [0, 1].map(|h| _mm256_load_ps(p.add(640 + 32 * h) as *const f32));
+        let m = [0, 1].map(|h| _mm256_load_ps(p.add(MINS + 32 * h) as *const f32));
         for (i, corr) in corr.iter_mut().enumerate() {
             let sa = _mm256_set1_ps(*a.s.add(i * nb + b));
             for h in 0..2 {
