@@ -55,8 +55,9 @@ pub struct HeadKv<'a> {
     pub v: &'a [u16],
     pub stride: usize,
     pub n: usize,
-    /// The positions are read once (one query token, as while generating):
-    /// the AVX-512 kernel then fetches them ahead from memory. Speed only.
+    /// The positions come from memory (one query token as while
+    /// generating, or the first pair of a decoding step's tokens): the
+    /// AVX2 and AVX-512 kernels then fetch them ahead. Speed only.
     pub stream: bool,
     /// Positions `0..shared` come from `pk` and `pv`.
     pub shared: usize,
@@ -331,6 +332,9 @@ unsafe fn attend_avx2<const G: usize>(q: &[f32], kv: HeadKv<'_>, scale: f32, sco
         let mut acc = [[_mm256_setzero_ps(); 4]; G];
         for (run, vb) in kv.value_runs(n) {
             for i in run {
+                if kv.stream && j == 0 && i.is_multiple_of(8) {
+                    prefetch_rows(&kv, false, i + AHEAD, 8, hd);
+                }
                 let val = vb.add(i * stride + j);
                 let vals = [0, 1, 2, 3].map(|c| load_h8(val.add(8 * c)));
                 for (h, a) in acc.iter_mut().enumerate() {
@@ -367,6 +371,9 @@ unsafe fn scores_avx2_from<const G: usize>(
 ) {
     let mut i = from;
     while i + 4 <= kv.n {
+        if kv.stream {
+            prefetch_rows(&kv, true, i + AHEAD, 4, q.len() / G);
+        }
         score_keys::<G, 4>(q, kv, i, scale, sp, ns);
         i += 4;
     }
@@ -462,6 +469,9 @@ unsafe fn attend_pair_avx2<const R: usize, const K: usize>(
     let sp = scores.as_mut_ptr();
     let shared = n0 / 4 * 4;
     for i in (0..shared).step_by(K) {
+        if kv.stream && i.is_multiple_of(4) {
+            prefetch_rows(&kv, true, i + AHEAD, 4, hd);
+        }
         score_keys::<R, K>(q, kv, i, scale, sp, ns);
     }
     let later = HeadKv { n: ns, ..kv };
@@ -489,6 +499,9 @@ unsafe fn attend_pair_avx2<const R: usize, const K: usize>(
         let mut acc = [[_mm256_setzero_ps(); 2]; R];
         for (run, vb) in kv.value_runs(n0) {
             for i in run {
+                if kv.stream && j == 0 && i.is_multiple_of(8) {
+                    prefetch_rows(&kv, false, i + AHEAD, 8, hd);
+                }
                 add_values16(&mut acc, vb.add(i * kv.stride + j), sp.add(i), ns, 0);
             }
         }
@@ -546,6 +559,28 @@ pub(super) unsafe fn score_one_by_one<const G: usize>(
         }
         for (h, a) in acc.iter().enumerate() {
             *sp.add(h * ns + i) = hsum(*a) * scale;
+        }
+    }
+}
+
+/// Positions ahead of the one in use whose keys or values are fetched into
+/// the cache: a sequence's cache is read once per generated token, from
+/// memory (megabytes a layer at long contexts). Shared by the AVX2 and
+/// AVX-512 kernels.
+pub(super) const AHEAD: usize = 32;
+
+/// Fetch the `hd` half floats of the keys (`keys`) or values of positions
+/// `i0..i0 + rows` (below `kv.n`); no effect on any value.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(super) unsafe fn prefetch_rows(kv: &HeadKv<'_>, keys: bool, i0: usize, rows: usize, hd: usize) {
+    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+    for i in i0..(i0 + rows).min(kv.n) {
+        let p = if keys { kv.key(i) } else { kv.val(i) } as *const i8;
+        let mut b = 0;
+        while b < 2 * hd {
+            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(b));
+            b += 64;
         }
     }
 }
@@ -768,12 +803,13 @@ mod tests {
             for heads in 1..=3 {
                 assert!(pairs_fit(heads, hd, isa));
                 let q = noise(2 * heads * hd, (hd * 1000 + n * 10 + heads) as u64, 1.5);
-                let kv = HeadKv::new(&k[hd..], &v[hd..], stride, n, false);
+                // Fetching ahead (odd `n`) changes no bit.
+                let kv = HeadKv::new(&k[hd..], &v[hd..], stride, n, n % 2 == 1);
                 let mut scores = vec![0f32; 2 * heads * (n + 1)];
                 let mut got = vec![0f32; 2 * heads * hd];
                 attend_pair(&q, heads, kv, 0.125, &mut scores, &mut got, isa);
                 for (t, nt) in [(0, n), (1, n + 1)] {
-                    let kv = HeadKv { n: nt, ..kv };
+                    let kv = HeadKv { n: nt, stream: false, ..kv };
                     let mut s1 = vec![0f32; heads * nt];
                     let mut want = vec![0f32; heads * hd];
                     let qt = &q[t * heads * hd..(t + 1) * heads * hd];
@@ -826,9 +862,12 @@ mod tests {
         }
     }
 
-    /// Speed of one token's attention over a 30-layer cache that does not
-    /// fit the caches (as while generating), with the KV heads interleaved
-    /// (`stride` = all heads) or one after another (`stride` = one head):
+    /// Speed of attention over a 30-layer cache that does not fit the
+    /// caches (as while generating), each KV head's positions one after
+    /// another as the cache holds them, per kernel: one token
+    /// ([`attend_heads`]) and two tokens' heads ([`attend_pair`], a
+    /// decoding step with a draft), with the positions fetched ahead
+    /// (`stream`) and without:
     /// `cargo test --release --lib attention_from_memory -- --ignored --nocapture`.
     #[test]
     #[ignore]
@@ -837,25 +876,36 @@ mod tests {
         let kvd = kvh * hd;
         let k: Vec<Vec<u16>> = (0..layers).map(|l| halves(&noise(n * kvd, 7 + l as u64, 2.0))).collect();
         let v: Vec<Vec<u16>> = (0..layers).map(|l| halves(&noise(n * kvd, 70 + l as u64, 2.0))).collect();
-        let q = noise(heads * hd, 9, 1.0);
-        let mut scores = vec![0f32; heads * n];
-        let mut out = vec![0f32; heads * hd];
+        let q = noise(2 * heads * hd, 9, 1.0);
+        let mut scores = vec![0f32; 2 * heads * (n + 1)];
+        let mut out = vec![0f32; 2 * heads * hd];
+        let isas = [Isa::Avx2, Isa::Avx512].into_iter().filter(|&i| i != Isa::Avx512 || attn_avx512::available());
         for round in 0..3 {
-            for interleaved in [true, false] {
-                let t = std::time::Instant::now();
-                for _ in 0..10 {
-                    for l in 0..layers {
-                        for g in 0..kvh {
-                            let (off, stride) = if interleaved { (g * hd, kvd) } else { (g * n * hd, hd) };
-                            let kv = HeadKv::new(&k[l][off..], &v[l][off..], stride, n, true);
-                            attend_heads(&q, heads, kv, 0.125, &mut scores, &mut out, Isa::for_kernels(Kernels::Simd));
+            for isa in isas.clone() {
+                let mut line = format!("round {round} {isa:?}:");
+                for tokens in [1, 2] {
+                    for stream in [false, true] {
+                        let t = std::time::Instant::now();
+                        for _ in 0..10 {
+                            for l in 0..layers {
+                                for g in 0..kvh {
+                                    let off = g * n * hd;
+                                    let kv = HeadKv::new(&k[l][off..], &v[l][off..], hd, n - 1, stream);
+                                    if tokens == 1 {
+                                        let (q, o) = (&q[..heads * hd], &mut out[..heads * hd]);
+                                        attend_heads(q, heads, kv, 0.125, &mut scores, o, isa);
+                                    } else {
+                                        attend_pair(&q, heads, kv, 0.125, &mut scores, &mut out, isa);
+                                    }
+                                }
+                            }
                         }
+                        let ms = t.elapsed().as_secs_f64() * 1e3 / 10.0;
+                        let what = if stream { "fetched ahead" } else { "not fetched" };
+                        line += &format!(" {tokens} token(s) {what} {ms:.2} ms,");
                     }
                 }
-                println!(
-                    "round {round} interleaved {interleaved}: {:.2} ms a token",
-                    t.elapsed().as_secs_f64() * 1e3 / 10.0
-                );
+                println!("{}", line.trim_end_matches(','));
             }
         }
     }

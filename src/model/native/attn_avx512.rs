@@ -26,7 +26,7 @@ use std::arch::x86_64::{
     _MM_FROUND_TO_NEAREST_INT,
 };
 
-use super::attn::HeadKv;
+use super::attn::{prefetch_rows, HeadKv, AHEAD};
 #[cfg(target_arch = "x86_64")]
 use super::attn::{score_one_by_one, values_by_8};
 #[cfg(target_arch = "x86_64")]
@@ -153,27 +153,6 @@ unsafe fn softmax(scores: &mut [f32]) {
     }
     for s in scores[n16..].iter_mut() {
         *s *= inv;
-    }
-}
-
-/// Positions ahead of the one in use whose keys or values are fetched into
-/// the cache: a sequence's cache is read once per generated token, from
-/// memory (megabytes a layer at long contexts).
-const AHEAD: usize = 32;
-
-/// Fetch the `hd` half floats of the keys (`keys`) or values of positions
-/// `i0..i0 + rows` (below `kv.n`); no effect on any value.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-unsafe fn prefetch_rows(kv: &HeadKv<'_>, keys: bool, i0: usize, rows: usize, hd: usize) {
-    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-    for i in i0..(i0 + rows).min(kv.n) {
-        let p = if keys { kv.key(i) } else { kv.val(i) } as *const i8;
-        let mut b = 0;
-        while b < 2 * hd {
-            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(b));
-            b += 64;
-        }
     }
 }
 
@@ -336,6 +315,9 @@ pub(super) unsafe fn attend_pair<const R: usize>(
         let mut acc = [[_mm512_setzero_ps(); 4]; R];
         for (run, vb) in kv.value_runs(n0) {
             for i in run {
+                if kv.stream && j == 0 && i.is_multiple_of(8) {
+                    prefetch_rows(&kv, false, i + AHEAD, 8, hd);
+                }
                 add_values(&mut acc, vb.add(i * kv.stride + j), sp, ns, i, 0);
             }
         }

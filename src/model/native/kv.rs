@@ -214,14 +214,14 @@ impl KvCache {
         // Tokens `t` and `t + 1`, all heads of KV head `g`, at once (the
         // same bits as one token at a time, see `attn::attend_pair`); their
         // outputs go to `o0` and `o1` (`gw` values each).
-        let pair = |t: usize, g: usize, bufs: &mut Bufs, o0: &mut [f32], o1: &mut [f32]| {
+        let pair = |t: usize, g: usize, bufs: &mut Bufs, o0: &mut [f32], o1: &mut [f32], stream: bool| {
             let (scores, qb, ob) = bufs;
             let n = pos + t + 1;
             if scores.len() < 2 * group * (n + 1) {
                 scores.resize(2 * group * (self.max + 1), 0.0);
             }
             ob.resize(2 * gw, 0.0);
-            let kv = head_kv(g, n, false);
+            let kv = head_kv(g, n, stream);
             qb.clear();
             qb.extend_from_slice(&q[t * qd + g * gw..t * qd + (g + 1) * gw]);
             qb.extend_from_slice(&q[(t + 1) * qd + g * gw..(t + 1) * qd + (g + 1) * gw]);
@@ -244,7 +244,10 @@ impl KvCache {
                     let mut t = 0;
                     while t < rows {
                         if pairs && t + 1 < rows {
-                            pair(t, g, bufs, o(t), o(t + 1));
+                            // The first pair reads the head's keys and
+                            // values from memory, the later ones from the
+                            // caches.
+                            pair(t, g, bufs, o(t), o(t + 1), t == 0);
                             t += 2;
                         } else {
                             one(t * kv_heads + g, o(t), &mut bufs.0);
@@ -274,7 +277,7 @@ impl KvCache {
                 }
                 let (o0, o1) = o.split_at_mut(qd);
                 for (g, (a, b)) in o0.chunks_mut(gw).zip(o1.chunks_mut(gw)).enumerate() {
-                    pair(t, g, bufs, a, b);
+                    pair(t, g, bufs, a, b, false);
                 }
             };
             if work < 1 << 15 || threads == 1 {
