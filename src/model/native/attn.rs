@@ -567,6 +567,7 @@ pub(super) unsafe fn score_one_by_one<const G: usize>(
 /// the cache: a sequence's cache is read once per generated token, from
 /// memory (megabytes a layer at long contexts). Shared by the AVX2 and
 /// AVX-512 kernels.
+#[cfg(target_arch = "x86_64")]
 pub(super) const AHEAD: usize = 32;
 
 /// Fetch the `hd` half floats of the keys (`keys`) or values of positions

@@ -26,9 +26,9 @@ use std::arch::x86_64::{
     _MM_FROUND_TO_NEAREST_INT,
 };
 
-use super::attn::{prefetch_rows, HeadKv, AHEAD};
+use super::attn::HeadKv;
 #[cfg(target_arch = "x86_64")]
-use super::attn::{score_one_by_one, values_by_8};
+use super::attn::{prefetch_rows, score_one_by_one, values_by_8, AHEAD};
 #[cfg(target_arch = "x86_64")]
 use super::dot_avx2::hsum;
 
