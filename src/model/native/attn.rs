@@ -332,8 +332,8 @@ unsafe fn attend_avx2<const G: usize>(q: &[f32], kv: HeadKv<'_>, scale: f32, sco
         let mut acc = [[_mm256_setzero_ps(); 4]; G];
         for (run, vb) in kv.value_runs(n) {
             for i in run {
-                if kv.stream && j == 0 && i.is_multiple_of(8) {
-                    prefetch_rows(&kv, false, i + AHEAD, 8, hd);
+                if j == 0 {
+                    fetch_ahead(&kv, false, i, 8, hd);
                 }
                 let val = vb.add(i * stride + j);
                 let vals = [0, 1, 2, 3].map(|c| load_h8(val.add(8 * c)));
@@ -371,9 +371,7 @@ unsafe fn scores_avx2_from<const G: usize>(
 ) {
     let mut i = from;
     while i + 4 <= kv.n {
-        if kv.stream {
-            prefetch_rows(&kv, true, i + AHEAD, 4, q.len() / G);
-        }
+        fetch_ahead(&kv, true, i, 4, q.len() / G);
         score_keys::<G, 4>(q, kv, i, scale, sp, ns);
         i += 4;
     }
@@ -469,9 +467,7 @@ unsafe fn attend_pair_avx2<const R: usize, const K: usize>(
     let sp = scores.as_mut_ptr();
     let shared = n0 / 4 * 4;
     for i in (0..shared).step_by(K) {
-        if kv.stream && i.is_multiple_of(4) {
-            prefetch_rows(&kv, true, i + AHEAD, 4, hd);
-        }
+        fetch_ahead(&kv, true, i, 4, hd);
         score_keys::<R, K>(q, kv, i, scale, sp, ns);
     }
     let later = HeadKv { n: ns, ..kv };
@@ -499,8 +495,8 @@ unsafe fn attend_pair_avx2<const R: usize, const K: usize>(
         let mut acc = [[_mm256_setzero_ps(); 2]; R];
         for (run, vb) in kv.value_runs(n0) {
             for i in run {
-                if kv.stream && j == 0 && i.is_multiple_of(8) {
-                    prefetch_rows(&kv, false, i + AHEAD, 8, hd);
+                if j == 0 {
+                    fetch_ahead(&kv, false, i, 8, hd);
                 }
                 add_values16(&mut acc, vb.add(i * kv.stride + j), sp.add(i), ns, 0);
             }
@@ -570,13 +566,18 @@ pub(super) unsafe fn score_one_by_one<const G: usize>(
 #[cfg(target_arch = "x86_64")]
 pub(super) const AHEAD: usize = 32;
 
-/// Fetch the `hd` half floats of the keys (`keys`) or values of positions
-/// `i0..i0 + rows` (below `kv.n`); no effect on any value.
+/// Where the positions come from memory (`kv.stream`) and `i` starts a
+/// group of `every` positions: fetch the `hd` half floats of the keys
+/// (`keys`) or values of the group [`AHEAD`] positions further (below
+/// `kv.n`). No effect on any value.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-pub(super) unsafe fn prefetch_rows(kv: &HeadKv<'_>, keys: bool, i0: usize, rows: usize, hd: usize) {
+pub(super) unsafe fn fetch_ahead(kv: &HeadKv<'_>, keys: bool, i: usize, every: usize, hd: usize) {
     use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-    for i in i0..(i0 + rows).min(kv.n) {
+    if !kv.stream || !i.is_multiple_of(every) {
+        return;
+    }
+    for i in i + AHEAD..(i + AHEAD + every).min(kv.n) {
         let p = if keys { kv.key(i) } else { kv.val(i) } as *const i8;
         let mut b = 0;
         while b < 2 * hd {

@@ -28,7 +28,7 @@ use std::arch::x86_64::{
 
 use super::attn::HeadKv;
 #[cfg(target_arch = "x86_64")]
-use super::attn::{prefetch_rows, score_one_by_one, values_by_8, AHEAD};
+use super::attn::{fetch_ahead, score_one_by_one, values_by_8};
 #[cfg(target_arch = "x86_64")]
 use super::dot_avx2::hsum;
 
@@ -177,9 +177,7 @@ unsafe fn scores_by_8<const G: usize>(
     let mut i = i0;
     while i + 8 <= end {
         let kp = kv.keys::<8>(i);
-        if kv.stream {
-            prefetch_rows(&kv, true, i + AHEAD, 8, hd);
-        }
+        fetch_ahead(&kv, true, i, 8, hd);
         let mut acc = [[_mm512_setzero_ps(); 4]; G];
         for j in (0..hd).step_by(8) {
             let keys = [0, 1, 2, 3].map(|c| load_pair(kp[2 * c].add(j), kp[2 * c + 1].add(j)));
@@ -315,8 +313,8 @@ pub(super) unsafe fn attend_pair<const R: usize>(
         let mut acc = [[_mm512_setzero_ps(); 4]; R];
         for (run, vb) in kv.value_runs(n0) {
             for i in run {
-                if kv.stream && j == 0 && i.is_multiple_of(8) {
-                    prefetch_rows(&kv, false, i + AHEAD, 8, hd);
+                if j == 0 {
+                    fetch_ahead(&kv, false, i, 8, hd);
                 }
                 add_values(&mut acc, vb.add(i * kv.stride + j), sp, ns, i, 0);
             }
@@ -339,7 +337,7 @@ pub(super) unsafe fn attend<const G: usize>(
     scores: &mut [f32],
     out: &mut [f32],
 ) {
-    let (n, stream, stride) = (kv.n, kv.stream, kv.stride);
+    let (n, stride) = (kv.n, kv.stride);
     let hd = q.len() / G;
     let sp = scores.as_mut_ptr();
     scores_from::<G>(q, kv, 0, scale, sp, n);
@@ -352,8 +350,8 @@ pub(super) unsafe fn attend<const G: usize>(
         let mut acc = [[_mm512_setzero_ps(); 4]; G];
         for (run, vb) in kv.value_runs(n) {
             for i in run {
-                if stream && j == 0 && i.is_multiple_of(8) {
-                    prefetch_rows(&kv, false, i + AHEAD, 8, hd);
+                if j == 0 {
+                    fetch_ahead(&kv, false, i, 8, hd);
                 }
                 add_values(&mut acc, vb.add(i * stride + j), sp, n, i, 0);
             }
