@@ -57,6 +57,17 @@ impl DeviceSpec {
     }
 }
 
+/// A device as results record it: `cpu`, or `cuda:N` with the GPU's ordinal
+/// (the ordinal `--device` took; candle's own `Debug` form shows an internal
+/// counter instead, `Cuda(CudaDevice(DeviceId(1)))` for `cuda:0`).
+pub fn device_name(device: &Device) -> String {
+    match device.location() {
+        candle_core::DeviceLocation::Cpu => "cpu".into(),
+        candle_core::DeviceLocation::Cuda { gpu_id } => format!("cuda:{gpu_id}"),
+        candle_core::DeviceLocation::Metal { gpu_id } => format!("metal:{gpu_id}"),
+    }
+}
+
 /// candle wraps its errors with a captured backtrace when `RUST_LIB_BACKTRACE`
 /// (or `RUST_BACKTRACE`) asks for one, and its message then holds the whole
 /// trace; a user error is one line, so the trace is dropped.
@@ -109,6 +120,12 @@ mod tests {
     fn cuda_without_feature_is_a_clear_error() {
         let e = DeviceSpec::Cuda(0).open().unwrap_err().to_string();
         assert!(e.contains("--features cuda"), "{e}");
+    }
+
+    #[test]
+    fn devices_are_named_as_the_command_line_names_them() {
+        assert_eq!(device_name(&Device::Cpu), "cpu");
+        assert_eq!(device_name(&DeviceSpec::Cpu.open().unwrap()), DeviceSpec::Cpu.to_string());
     }
 
     #[test]

@@ -6,7 +6,7 @@
 
 use super::candle::{build_weights, CandleModel};
 use super::checkpoint;
-use super::device::DeviceSpec;
+use super::device::{device_name, DeviceSpec};
 use super::engine::{has_cpu_kernel, DtypePolicy, Engine, WeightsPolicy};
 use super::fetch::{self, FetchOptions, ResolvedModel};
 use super::gguf::{read_content, tokenizer_for, GgufFacts};
@@ -133,7 +133,7 @@ fn load_checkpoint(resolved: &ResolvedModel, device: &Device, opts: &LoadOptions
         parameters: facts.parameters,
         tokenizer: tokenizer.description(),
         tokenizer_sha256: tokenizer.fingerprint(),
-        device: format!("{device:?}"),
+        device: device_name(device),
         weights: format!("{dtype_name} (stored {}, --dtype {})", facts.stored_dtype, opts.dtype),
         engine: "candle-safetensors".into(),
         format: "safetensors".into(),
@@ -212,7 +212,7 @@ pub fn load(resolved: &ResolvedModel, device: &Device, opts: &LoadOptions) -> Re
         parameters: facts.parameters,
         tokenizer: tokenizer.description(),
         tokenizer_sha256: tokenizer.fingerprint(),
-        device: format!("{device:?}"),
+        device: device_name(device),
         weights: weights_desc,
         engine: engine.to_string(),
         format: "gguf".into(),
