@@ -7,8 +7,9 @@
 //! [`CheckpointFacts`] is what the loader reads from `config.json` and the
 //! safetensors headers before any weight; `build` makes the model, held by
 //! [`super::candle::CandleModel`] behind the same seam as GGUF models.
-//! candle's caches here can only be emptied, so prefix reuse is reported off
-//! through `kept_on_truncate`, as for candle's GGUF models.
+//! candle's caches here can only be emptied; the engine keeps copies of the
+//! model at chunk ends of a prompt and goes back to them, as for candle's GGUF
+//! models (gemma3, whose caches are written in place, keeps none).
 //!
 //! Llama checkpoints run on candle's mistral implementation (the same
 //! network, HF layout and rotary embedding), because candle's llama model
@@ -220,6 +221,23 @@ impl CacheStep for HfWeights {
             HfWeights::Gemma2(m) => m.clear_kv_cache(),
             HfWeights::Gemma3(m) => m.clear_kv_cache(),
         }
+    }
+
+    fn snapshot(&self) -> Option<Box<dyn CacheStep>> {
+        // Their caches are tensors replaced by concatenation (qwen3:
+        // candle_nn's ConcatKvCache), never written in place.
+        let copy = match self {
+            HfWeights::Mistral(m) => HfWeights::Mistral(m.clone()),
+            HfWeights::Qwen2(m) => HfWeights::Qwen2(m.clone()),
+            HfWeights::Qwen3(m) => HfWeights::Qwen3(m.clone()),
+            HfWeights::Starcoder2(m) => HfWeights::Starcoder2(m.clone()),
+            HfWeights::Phi3(m) => HfWeights::Phi3(m.clone()),
+            HfWeights::Gemma2(m) => HfWeights::Gemma2(m.clone()),
+            // gemma3 writes its caches in place (candle_nn's KvCache and
+            // RotatingKvCache): a copy would share them.
+            HfWeights::Gemma3(_) => return None,
+        };
+        Some(Box::new(copy))
     }
 
     fn max_chunk(&self) -> usize {

@@ -105,3 +105,30 @@ fn missing_file_is_reported() {
     let err = resolve_spec("/nonexistent/model.gguf").unwrap_err();
     assert!(err.to_string().contains("/nonexistent/model.gguf"), "{err}");
 }
+
+/// candle keeps copies of the model at 512-token chunk ends of a prompt and
+/// goes back to them: a prompt that shares 1,100 tokens with the last one
+/// reuses 1,024 of them, and its logits are bit for bit those of a model
+/// that reads it from scratch. A decoding step in between does not matter.
+#[test]
+fn candle_goes_back_to_copies_at_chunk_ends_with_the_same_bits() {
+    let dir = common::tempdir();
+    let path = dir.path().join("tiny.gguf");
+    write_tiny_gguf(&path, &TinySpec { context: 2048, ..TinySpec::default() });
+    let opts = LoadOptions { engine: themisto::model::engine::Engine::Candle, ..LoadOptions::default() };
+    let mut m = load(&resolved(&path), &Device::Cpu, &opts).unwrap();
+    assert_eq!(m.info.engine, "candle");
+    let vocab = m.model.vocab_rows() as u32;
+    let first: Vec<u32> = (0..1300u32).map(|i| (i * 7 + i / 3) % vocab).collect();
+    let mut second = first[..1100].to_vec();
+    second.extend((0..150u32).map(|i| (i * 11 + 5) % vocab));
+    m.model.forward(&first).unwrap();
+    m.model.forward(&[3]).unwrap();
+    assert_eq!(m.model.kept_on_truncate(1100), 1024);
+    m.model.truncate(1100).unwrap();
+    let reused = m.model.forward(&second[1100..]).unwrap();
+    let mut fresh = load(&resolved(&path), &Device::Cpu, &opts).unwrap();
+    assert_eq!(fresh.model.forward(&second).unwrap(), reused);
+    // Below the first chunk's end nothing is kept.
+    assert_eq!(m.model.kept_on_truncate(500), 0);
+}

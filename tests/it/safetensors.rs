@@ -533,3 +533,27 @@ fn registry_cards_resolve_from_the_hub_cache_and_models_list_says_which_are_cach
     assert!(line("qwen2.5-coder-7b-instruct-hf").contains("not fetched"), "{out}");
     assert!(line("smollm2-135m-instruct").contains("gguf"), "{out}");
 }
+
+/// As for GGUF files on candle: copies of the model at 512-token chunk ends
+/// let a prompt sharing 1,100 tokens with the last one reuse 1,024, with the
+/// bits of reading it from scratch (qwen3's cache is candle_nn's ConcatKvCache;
+/// the others' are tensor pairs).
+#[test]
+fn copies_at_chunk_ends_are_reused_with_the_same_bits() {
+    let tmp = common::tempdir();
+    for (i, (arch, kept)) in [("llama", 1024), ("qwen2", 1024), ("qwen3", 1024)].into_iter().enumerate() {
+        let dir = tmp.path().join(arch);
+        write_checkpoint(&dir, arch, false, 31 + i as u64);
+        let first: Vec<u32> = (0..1300u32).map(|i| (i * 7 + i / 3) % VOCAB as u32).collect();
+        let mut second = first[..1100].to_vec();
+        second.extend((0..150u32).map(|i| (i * 11 + 5) % VOCAB as u32));
+        let mut m = open(dir.to_str().unwrap(), tmp.path()).unwrap();
+        m.model.forward(&first).unwrap();
+        m.model.forward(&[3]).unwrap();
+        assert_eq!(m.model.kept_on_truncate(1100), kept, "{arch}");
+        m.model.truncate(1100).unwrap();
+        let reused = m.model.forward(&second[1100..]).unwrap();
+        let mut fresh = open(dir.to_str().unwrap(), tmp.path()).unwrap();
+        assert_eq!(fresh.model.forward(&second).unwrap(), reused, "{arch}");
+    }
+}
