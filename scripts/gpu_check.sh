@@ -29,7 +29,8 @@
 # reference row (the candle engine on the CPU with f32 weights: same engine, same
 # weights), and how long each row's run took.
 # Results go to DIR/results/ or --out (table.md, per-row bench JSON and run folders).
-# --cpu-only skips the cuda rows (for trying the script on a machine without a GPU).
+# --cpu-only skips the cuda rows (for trying the script on a machine without a GPU);
+# --cpu-threads N (default 2) sets the threads of the candle CPU rows.
 set -euo pipefail
 
 die() { echo "gpu_check.sh: $*" >&2; exit 1; }
@@ -279,6 +280,6 @@ EOF
 case "${1:-}" in
   pack) shift; pack "$@" ;;
   run) shift; run_check "$@" ;;
-  -h | --help | "") sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//' ;;
+  -h | --help | "") sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//' ;;
   *) die "unknown mode $1 (pack or run)" ;;
 esac
