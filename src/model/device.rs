@@ -59,13 +59,37 @@ impl DeviceSpec {
 
 /// A device as results record it: `cpu`, or `cuda:N` with the GPU's ordinal
 /// (the ordinal `--device` took; candle's own `Debug` form shows an internal
-/// counter instead, `Cuda(CudaDevice(DeviceId(1)))` for `cuda:0`).
+/// counter instead, `Cuda(CudaDevice(DeviceId(1)))` for `cuda:0`), followed
+/// for a GPU by its name and memory as the driver reports them, e.g.
+/// `cuda:0 (NVIDIA H200, 143771 MiB)`.
 pub fn device_name(device: &Device) -> String {
-    match device.location() {
+    let name = match device.location() {
         candle_core::DeviceLocation::Cpu => "cpu".into(),
         candle_core::DeviceLocation::Cuda { gpu_id } => format!("cuda:{gpu_id}"),
         candle_core::DeviceLocation::Metal { gpu_id } => format!("metal:{gpu_id}"),
+    };
+    match gpu_description(device) {
+        Some(gpu) => format!("{name} ({gpu})"),
+        None => name,
     }
+}
+
+/// The GPU's name and memory, from the CUDA driver.
+#[cfg(feature = "cuda")]
+fn gpu_description(device: &Device) -> Option<String> {
+    let Device::Cuda(d) = device else { return None };
+    let stream = d.cuda_stream();
+    let ctx = stream.context();
+    let name = ctx.name().ok()?;
+    Some(match ctx.total_mem() {
+        Ok(bytes) => format!("{name}, {} MiB", bytes >> 20),
+        Err(_) => name,
+    })
+}
+
+#[cfg(not(feature = "cuda"))]
+fn gpu_description(_: &Device) -> Option<String> {
+    None
 }
 
 /// candle wraps its errors with a captured backtrace when `RUST_LIB_BACKTRACE`
