@@ -102,6 +102,12 @@ pub fn report_markdown(r: &ResultsFile) -> String {
     s.push_str("# themisto run report\n\n");
     if let Some(m) = &r.model {
         let _ = writeln!(s, "- model: `{}` ({}, {}, sha256 `{}`)", m.id, m.architecture, m.quantization, m.sha256);
+        let e = &r.environment;
+        let _ = writeln!(
+            s,
+            "- ran on: {} with the {} engine (weights {}), {} threads, batch {}",
+            m.device, m.engine, m.weights, e.threads, e.batch
+        );
     }
     if let Some(d) = &r.dataset {
         let _ = writeln!(

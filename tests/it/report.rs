@@ -125,6 +125,10 @@ fn report_on_a_sweep_has_plots_tables_and_a_standalone_page() {
     for budget in [512, 1024] {
         let r = results(&sweep_dir.join(format!("tiny/ctx-{budget}")));
         assert_eq!(r.groups.len(), 4);
+        // Each run's own report.md says where and how it ran.
+        let run_md = std::fs::read_to_string(sweep_dir.join(format!("tiny/ctx-{budget}/report.md"))).unwrap();
+        let engine = &r.model.as_ref().unwrap().engine;
+        assert!(run_md.contains(&format!("- ran on: cpu with the {engine} engine (weights ")), "{run_md}");
         for g in &r.groups {
             let m = &g.metrics;
             let cells = [
