@@ -55,6 +55,13 @@ prepare() {
   [ -x "$bundle/bin/themisto" ] || die "$bundle: no bin/themisto (make it with: scripts/gpu_check.sh pack $bundle --no-libs)"
   local gguf st="$bundle/models/safetensors"
   gguf="$(ls "$bundle"/models/gguf/*.gguf)"
+  # Inside the repository, DIR must be ignored, or both parts would travel in
+  # every call as untracked files.
+  mkdir -p "$dir"
+  case "$(cd "$dir" && pwd)/" in
+    "$repo"/*) git -C "$repo" check-ignore -q "$(cd "$dir" && pwd)" ||
+      die "$dir is inside the repository but not ignored: echo '/$(basename "$dir")/' >> $repo/.git/info/exclude" ;;
+  esac
   rm -rf "$dir"
   mkdir -p "$dir/1" "$dir/2/safetensors"
   xz -T0 -6 -c "$bundle/bin/themisto" >"$dir/1/themisto.xz"
