@@ -24,7 +24,7 @@
 # (site-packages/nvidia/*/lib, e.g. nvidia/cu13/lib) on LD_LIBRARY_PATH (the driver's
 # libcuda.so.1 comes from the system), then for each row runs `themisto bench-model`
 # (prompt and generation speed) and `themisto run --limit N` (default 2 per task x
-# runtime group, 8 samples) and prints one table: path and engine, device, dtype,
+# runtime group, 8 samples) and prints one table: path and engine, device, weights,
 # prompt tok/s, gen tok/s, samples, and how many predictions equal those of the
 # reference row (the candle engine on the CPU with f32 weights: same engine, same
 # weights), and how long each row's run took.
@@ -244,7 +244,7 @@ def bench(name):
 ref_of = {"gguf": "gguf-candle-cpu", "st": "st-cpu-f32"}
 lines = ["| path / engine | device | weights | prompt tok/s | gen tok/s | samples | run s | predictions vs CPU candle |",
          "|---|---|---|---:|---:|---:|---:|---|"]
-for name, device, engine, dtype, status in rows:
+for name, device, engine, weights, status in rows:
     path = "GGUF" if name.startswith("gguf") else "safetensors"
     p, g, kind = bench(name)
     recs = samples(name)
@@ -267,7 +267,7 @@ for name, device, engine, dtype, status in rows:
     if status != "ok":
         cmp += f"; {status}"
     fmt = lambda x: "-" if x is None else f"{x:.1f}"
-    lines.append(f"| {path} / {engine} | {device} | {kind + ' quantized' if dtype == 'quantized' and kind else dtype} | {fmt(p)} | {fmt(g)} | {n} | {fmt(wall(name))} | {cmp} |")
+    lines.append(f"| {path} / {engine} | {device} | {kind + ' quantized' if weights == 'quantized' and kind else weights} | {fmt(p)} | {fmt(g)} | {n} | {fmt(wall(name))} | {cmp} |")
 table = "\n".join(lines)
 open(os.path.join(out, "table.md"), "w").write(table + "\n")
 print(table)
