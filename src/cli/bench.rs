@@ -37,7 +37,7 @@ pub struct BenchArgs {
     /// CPU threads.
     #[arg(long)]
     pub threads: Option<usize>,
-    /// Sequences generated together after the prompt (generation speed counts all of them; engines that hold one sequence accept only 1).
+    /// Sequences generated together after the prompt (generation speed counts all of them; engines that hold one sequence, candle's qwen3, gemma3 and safetensors models, accept only 1).
     #[arg(long, default_value_t = 1)]
     pub batch: usize,
     /// Print JSON instead of text.

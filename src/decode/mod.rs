@@ -122,7 +122,7 @@ pub fn prefill(
 ) -> Result<usize, ModelError> {
     // Reuse the longest shared prefix, but always feed at least one token.
     let shared = common_prefix(model.slot_tokens(donor), prompt).min(prompt.len() - 1);
-    let reused = if donor == slot { model.kept_on_truncate(shared) } else { shared };
+    let reused = model.kept_on_copy(donor, slot, shared);
     model.copy_prefix(donor, slot, shared)?;
     model.reserve_slot(slot, total.max(prompt.len()))?;
     model.forward_slots(&Feed::one(slot, &prompt[shared..]), out)?;

@@ -1,6 +1,8 @@
-//! The candle engine: GGUF models through candle-transformers' quantized
-//! implementations (llama, qwen2, qwen3, gemma3), on the CPU or CUDA; and the
-//! cache bookkeeping ([`CandleModel`]) shared with the safetensors engine
+//! The candle engine: GGUF models on the CPU or CUDA, qwen3 and gemma3
+//! through candle-transformers' quantized implementations, llama and qwen2
+//! through [`super::candle_stack`] (the same operations, a cache per
+//! sequence, several sequences decoded in one pass); and the cache
+//! bookkeeping ([`CandleModel`]) shared with the safetensors engine
 //! ([`super::safetensors`]), whose candle models keep their caches the same way.
 //!
 //! candle's models keep their own KV cache and can only empty it. What they
@@ -17,11 +19,19 @@
 //! candle-transformers) keep no copies and recompute the kept prefix.
 
 use super::arch::Arch;
+use super::candle_stack::Stack;
 use super::{LanguageModel, ModelError};
 use candle_core::quantized::gguf_file;
 use candle_core::{Device, Tensor};
 use candle_transformers::models::{quantized_gemma3, quantized_llama, quantized_qwen2, quantized_qwen3};
 use std::fs::File;
+
+/// What [`build_weights`] built: a stack of the shared-weights kind
+/// ([`Stack`], llama and qwen2) or a candle-transformers model.
+pub(crate) enum Built {
+    Stack(Stack),
+    Weights(Weights),
+}
 
 pub(crate) enum Weights {
     Llama(quantized_llama::ModelWeights),
@@ -46,6 +56,11 @@ pub(crate) trait CacheStep {
     /// The most tokens one `step` may take.
     fn max_chunk(&self) -> usize {
         PREFILL_CHUNK
+    }
+    /// The sequence of a [`super::candle_stack::Stack`] this is, if it is
+    /// one (for decoding passes of several sequences).
+    fn stack_step(&mut self) -> Option<&mut super::candle_stack::StackStep> {
+        None
     }
 }
 
@@ -121,14 +136,14 @@ pub(crate) fn build_weights(
     mut file: File,
     device: &Device,
     held: &'static str,
-) -> Result<Weights, ModelError> {
+) -> Result<Built, ModelError> {
     let device = device.clone();
     // The switches are process-wide environment variables: one build at a
     // time, so two models loaded at once (tests, a future multi-model run)
     // cannot see each other's switch.
     static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _one_at_a_time = BUILD.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    let worker = std::thread::spawn(move || -> Result<Weights, candle_core::Error> {
+    let worker = std::thread::spawn(move || -> Result<Built, candle_core::Error> {
         let var = match held {
             "f32" => Some("CANDLE_DEQUANTIZE_ALL"),
             "f16" => Some("CANDLE_DEQUANTIZE_ALL_F16"),
@@ -141,18 +156,24 @@ pub(crate) fn build_weights(
                 std::env::remove_var(v);
             }
         }
+        // llama and qwen2 as a stack (sequences decoded together); the
+        // others, and llama with experts, as candle-transformers' models.
+        if let Some(stack) = Stack::from_gguf(arch, &ct, &mut file, &device)? {
+            return Ok(Built::Stack(stack));
+        }
         let w = match arch {
             Arch::Llama => quantized_llama::ModelWeights::from_gguf(ct, &mut file, &device).map(Weights::Llama),
             Arch::Qwen2 => quantized_qwen2::ModelWeights::from_gguf(ct, &mut file, &device).map(Weights::Qwen2),
             Arch::Qwen3 => quantized_qwen3::ModelWeights::from_gguf(ct, &mut file, &device).map(Weights::Qwen3),
             Arch::Gemma3 => quantized_gemma3::ModelWeights::from_gguf(ct, &mut file, &device).map(Weights::Gemma3),
         };
-        if let Some(v) = var {
-            std::env::remove_var(v);
-        }
-        w
+        w.map(Built::Weights)
     });
-    worker.join().map_err(|_| ModelError::Other("the model-loading thread panicked".into()))?.map_err(ModelError::from)
+    let built = worker.join().map_err(|_| ModelError::Other("the model-loading thread panicked".into()))?;
+    for v in ["CANDLE_DEQUANTIZE_ALL", "CANDLE_DEQUANTIZE_ALL_F16"] {
+        std::env::remove_var(v);
+    }
+    built.map_err(ModelError::from)
 }
 
 impl CandleModel {
@@ -200,6 +221,54 @@ impl CandleModel {
     /// How many of the first `len` cached tokens [`CandleModel::rewind`] keeps.
     fn kept_by_rewind(&self, len: usize) -> usize {
         self.snapshots.iter().rev().map(|(n, _)| *n).find(|&n| n <= len).unwrap_or(0)
+    }
+
+    /// Positions in candle's cache.
+    pub(crate) fn positions(&self) -> usize {
+        self.in_cache.len()
+    }
+
+    /// Whether one token can be fed to candle's cache as it is: nothing to
+    /// re-read first and room in the window.
+    pub(crate) fn decodes_one(&self) -> bool {
+        self.in_cache.len() == self.cached.len() && self.cached.len() < self.context_length
+    }
+
+    /// The stack sequence this model drives, if it drives one.
+    pub(crate) fn stack_step(&mut self) -> Option<&mut super::candle_stack::StackStep> {
+        self.weights.stack_step()
+    }
+
+    /// Record that `token` was fed to the cache outside [`LanguageModel::forward`]
+    /// (a decoding pass of several sequences, after [`CandleModel::decodes_one`]).
+    pub(crate) fn fed_one(&mut self, token: u32) {
+        debug_assert!(self.in_cache.len() == self.cached.len());
+        self.in_cache.push(token);
+        self.cached.push(token);
+        // One token is not a whole chunk: no copies from here on.
+        self.aligned &= self.chunk == 1;
+    }
+
+    /// A second model holding what this one holds (its copies too), which
+    /// goes on on its own; the weights are shared. Panics for a model whose
+    /// caches cannot be copied ([`super::candle_stack::CandleSlots`] holds
+    /// stack sequences, which can).
+    pub(crate) fn duplicate(&self) -> CandleModel {
+        let copy = |w: &dyn CacheStep| w.snapshot();
+        match copy(self.weights.as_ref()) {
+            Some(weights) => CandleModel {
+                weights,
+                device: self.device.clone(),
+                context_length: self.context_length,
+                vocab_rows: self.vocab_rows,
+                in_cache: self.in_cache.clone(),
+                cached: self.cached.clone(),
+                chunk: self.chunk,
+                snapshots: self.snapshots.iter().filter_map(|(n, s)| Some((*n, s.snapshot()?))).collect(),
+                aligned: self.aligned,
+            },
+            None => panic!("duplicate() needs a model whose caches can be copied"),
+        }
     }
 
     fn run(&mut self, tokens: &[u32], pos: usize) -> Result<Tensor, ModelError> {

@@ -9,6 +9,8 @@
 //! - [`engine`]: the engine and weights-policy choices.
 //! - [`gguf`]: reading GGUF headers and their facts; the tokenizer of a file.
 //! - [`candle`]: the candle engine (candle-transformers' quantized models, CPU or CUDA).
+//! - [`candle_stack`]: the candle engine's llama and qwen2 with a cache per
+//!   sequence, several sequences decoded in one pass.
 //! - [`safetensors`]: the safetensors engine (candle-transformers' full-precision models).
 //! - [`checkpoint`]: a safetensors checkpoint's files (folder, hub cache, download, checks).
 //! - [`native`]: the native CPU engine for GGUF llama/qwen2/qwen3 models (own kernels).
@@ -20,6 +22,7 @@
 
 pub mod arch;
 pub mod candle;
+pub mod candle_stack;
 pub mod checkpoint;
 pub mod device;
 pub mod engine;
@@ -94,6 +97,25 @@ pub trait LanguageModel {
     fn copy_prefix(&mut self, from: usize, to: usize, len: usize) -> Result<(), ModelError> {
         assert!(from == 0 && to == 0, "one slot");
         self.truncate(len)
+    }
+    /// How many of the first `len` cached positions of slot `from` slot
+    /// `to` keeps computed after `copy_prefix(from, to, len)`: this
+    /// default, [`LanguageModel::kept_on_truncate`] for a slot cut in place
+    /// and all of them for a copy, suits engines whose copies keep what they
+    /// copy.
+    fn kept_on_copy(&self, from: usize, to: usize, len: usize) -> usize {
+        if from == to {
+            self.kept_on_truncate(len)
+        } else {
+            len
+        }
+    }
+    /// Whether the rows of a pass of several slots equal, bit for bit, what
+    /// each slot fed alone gives, so that predictions do not depend on the
+    /// batch. Engines that cannot promise it say `false`, and runs then
+    /// decode one sequence at a time unless asked otherwise.
+    fn batch_exact(&self) -> bool {
+        true
     }
     /// Make room in slot `slot`'s cache for `positions` positions in all,
     /// so that feeding it up to there grows nothing (a decoder calls it
@@ -181,6 +203,12 @@ impl<M: LanguageModel + ?Sized> LanguageModel for Box<M> {
     }
     fn reserve_slot(&mut self, slot: usize, positions: usize) -> Result<(), ModelError> {
         (**self).reserve_slot(slot, positions)
+    }
+    fn kept_on_copy(&self, from: usize, to: usize, len: usize) -> usize {
+        (**self).kept_on_copy(from, to, len)
+    }
+    fn batch_exact(&self) -> bool {
+        (**self).batch_exact()
     }
     fn exact_rows(&self) -> bool {
         (**self).exact_rows()

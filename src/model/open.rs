@@ -4,7 +4,8 @@
 //! [`open`] (or [`open_tokenizer`] when only the tokenizer is needed), so the
 //! load sequence is written once.
 
-use super::candle::{build_weights, CandleModel};
+use super::candle::{build_weights, Built, CandleModel};
+use super::candle_stack::CandleSlots;
 use super::checkpoint;
 use super::device::{device_name, DeviceSpec};
 use super::engine::{has_cpu_kernel, DtypePolicy, Engine, WeightsPolicy};
@@ -196,9 +197,12 @@ pub fn load(resolved: &ResolvedModel, device: &Device, opts: &LoadOptions) -> Re
         let desc = m.description();
         (Box::new(m), desc)
     } else {
-        let weights = build_weights(facts.arch, ct, file, device, held)?;
-        let m = CandleModel::new(Box::new(weights), device.clone(), facts.context_length, facts.vocab_rows);
-        (Box::new(m), weights_desc)
+        let (ctx, vocab) = (facts.context_length, facts.vocab_rows);
+        let m: Box<dyn LanguageModel> = match build_weights(facts.arch, ct, file, device, held)? {
+            Built::Stack(stack) => Box::new(CandleSlots::new(stack, device.clone(), ctx, vocab)),
+            Built::Weights(w) => Box::new(CandleModel::new(Box::new(w), device.clone(), ctx, vocab)),
+        };
+        (m, weights_desc)
     };
     let info = ModelInfo {
         id: resolved.card.id.clone(),

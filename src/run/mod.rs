@@ -181,8 +181,10 @@ pub const DEFAULT_BATCH: usize = 4;
 /// [`crate::model::LanguageModel::exact_rows`] (see [`batch`]).
 pub const DEFAULT_LOOKUP: usize = 8;
 
-/// The batch a run uses: `--batch` (or [`DEFAULT_BATCH`]), at most what the
-/// engine holds; asking for more than an engine holds is said once.
+/// The batch a run uses: `--batch` (or [`DEFAULT_BATCH`], or 1 where the
+/// engine's rows decoded together may differ from rows decoded alone), at
+/// most what the engine holds; asking for more than an engine holds, or for
+/// a batch whose rows may differ, is said once.
 pub fn batch_size(asked: Option<usize>, model: &dyn crate::model::LanguageModel, model_id: &str) -> usize {
     let most = model.max_slots();
     match asked {
@@ -192,7 +194,16 @@ pub fn batch_size(asked: Option<usize>, model: &dyn crate::model::LanguageModel,
             );
             most
         }
-        Some(n) => n,
+        Some(n) => {
+            if n > 1 && !model.batch_exact() {
+                eprintln!(
+                    "note: on this engine, device and weights, rows decoded together are not promised to equal rows \
+                     decoded alone; predictions may differ from --batch 1 in rare cases"
+                );
+            }
+            n
+        }
+        None if !model.batch_exact() => 1,
         None => DEFAULT_BATCH.min(most),
     }
 }

@@ -39,6 +39,8 @@ pub struct TinySpec {
     pub architecture: &'static str,
     /// Rows of the embedding (defaults to the vocabulary size when 0).
     pub vocab_rows: usize,
+    /// The type of the weight matrices (the norms stay f32).
+    pub weights: GgmlDType,
 }
 
 impl Default for TinySpec {
@@ -53,6 +55,7 @@ impl Default for TinySpec {
             seed: 7,
             architecture: "llama",
             vocab_rows: 0,
+            weights: GgmlDType::F32,
         }
     }
 }
@@ -95,7 +98,7 @@ pub fn write_tiny_gguf(path: &Path, spec: &TinySpec) {
     let mut tensors: Vec<(String, QTensor)> = Vec::new();
     let mut add = |name: String, shape: &[usize], scale: f32, rng: &mut u64| {
         let t = rand_tensor(rng, shape, scale);
-        tensors.push((name, QTensor::quantize(&t, GgmlDType::F32).unwrap()));
+        tensors.push((name, QTensor::quantize(&t, spec.weights).unwrap()));
     };
     add("token_embd.weight".into(), &[rows, spec.hidden], 1.0, &mut rng);
     let ones = Tensor::ones(spec.hidden, candle_core::DType::F32, &Device::Cpu).unwrap();

@@ -20,6 +20,7 @@ mod alloc_free;
 mod architecture;
 mod bad_input;
 mod budget;
+mod candle_batch;
 mod cli_errors;
 mod data_hub;
 mod data_june;

@@ -1,0 +1,488 @@
+//! The candle engine's llama and qwen2 for GGUF files, with a KV cache per
+//! sequence, so that several sequences decode in one pass ([`CandleSlots`]).
+//!
+//! candle-transformers' quantized models hold one cache for one batch whose
+//! sequences all sit at the same position, which continuous batching cannot
+//! use: its samples start and end at different times and lengths. `Stack`
+//! holds the weights of the same model (shared by every sequence, as an
+//! `Arc`) and takes the cache as an argument. It is built from the GGUF file
+//! as `quantized_llama::ModelWeights::from_gguf` and
+//! `quantized_qwen2::ModelWeights::from_gguf` build theirs, and one sequence's
+//! pass (`Stack::forward_one`) runs the same candle operations on the same
+//! shapes as their `forward`, so its logits are theirs, bit for bit (a test
+//! checks it against candle-transformers on tiny models of both
+//! architectures).
+//!
+//! A decoding pass of several sequences (`Stack::forward_rows`) stacks
+//! their tokens as the rows of one input: the embedding, the norms, the
+//! elementwise operations and every weight product run once for all rows
+//! (each weight read once per pass instead of once per sequence), while each
+//! row's attention runs alone against its own cache, with the shapes of a
+//! one-sequence pass. candle's CPU products of quantized weights compute
+//! each row alone (its activations quantized per row, the same dot products
+//! whatever the number of rows), so there every row's logits equal those of
+//! its sequence decoded alone, bit for bit ([`CandleSlots`] says so through
+//! [`LanguageModel::batch_exact`]). Float weights (`--weights f32|f16`) go
+//! through candle's general matrix product, and CUDA through cuBLAS or its
+//! quantized kernels, whose sums may be ordered differently for a different
+//! number of rows; there rows decoded together are not promised to equal
+//! rows decoded alone, and runs decode one sequence at a time unless
+//! `--batch` asks otherwise.
+
+use super::arch::Arch;
+use super::candle::{CacheStep, CandleModel};
+use super::{Feed, LanguageModel, Logits, ModelError};
+use candle_core::quantized::{gguf_file, QMatMul};
+use candle_core::{DType, Device, IndexOp, Module, Tensor};
+use candle_nn::Embedding;
+use candle_transformers::quantized_nn::RmsNorm;
+use candle_transformers::utils::{build_causal_mask, repeat_kv};
+use std::sync::Arc;
+
+/// Rows of llama's rotary tables (candle-transformers' `MAX_SEQ_LEN`).
+const LLAMA_ROPE_ROWS: usize = 4096;
+
+/// One layer's weights.
+struct Layer {
+    wq: QMatMul,
+    wk: QMatMul,
+    wv: QMatMul,
+    wo: QMatMul,
+    /// qwen2's biases of q, k and v.
+    bias: Option<[Tensor; 3]>,
+    attn_norm: RmsNorm,
+    ffn_norm: RmsNorm,
+    gate: QMatMul,
+    up: QMatMul,
+    down: QMatMul,
+}
+
+/// A llama or qwen2 model's weights, without a cache.
+pub(crate) struct Stack {
+    embed: Embedding,
+    layers: Vec<Layer>,
+    norm: RmsNorm,
+    output: QMatMul,
+    cos: Tensor,
+    sin: Tensor,
+    neg_inf: Tensor,
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    /// Rotary embedding of pairs `(i, i + d/2)` (qwen2) instead of
+    /// interleaved pairs `(2i, 2i + 1)` (llama).
+    neox: bool,
+}
+
+/// One sequence's cache: each layer's keys and values, `(1, kv_heads,
+/// positions, head_dim)`, replaced by a longer concatenation at each pass
+/// (never written in place, so a clone keeps what it holds).
+pub(crate) type Caches = Vec<Option<(Tensor, Tensor)>>;
+
+/// The rotary tables `quantized_llama` and `quantized_qwen2` compute: the
+/// angles of positions `0..rows` for `dim` dimensions.
+fn rotary_tables(dim: usize, freq_base: f32, rows: usize, device: &Device) -> candle_core::Result<(Tensor, Tensor)> {
+    let theta: Vec<f32> = (0..dim).step_by(2).map(|i| 1f32 / freq_base.powf(i as f32 / dim as f32)).collect();
+    let theta = Tensor::new(theta.as_slice(), device)?;
+    let angles = Tensor::arange(0, rows as u32, device)?
+        .to_dtype(DType::F32)?
+        .reshape((rows, 1))?
+        .matmul(&theta.reshape((1, theta.elem_count()))?)?;
+    Ok((angles.cos()?, angles.sin()?))
+}
+
+impl Stack {
+    /// The weights of a llama (without experts) or qwen2 GGUF file, built
+    /// as candle-transformers builds them; `None` for other architectures
+    /// and for llama files with experts (which keep candle-transformers'
+    /// model, one sequence at a time).
+    pub(crate) fn from_gguf<R: std::io::Seek + std::io::Read>(
+        arch: Arch,
+        ct: &gguf_file::Content,
+        reader: &mut R,
+        device: &Device,
+    ) -> candle_core::Result<Option<Stack>> {
+        let prefix = match arch {
+            Arch::Llama => "llama",
+            Arch::Qwen2 => "qwen2",
+            _ => return Ok(None),
+        };
+        let md = |key: &str| match ct.metadata.get(&format!("{prefix}.{key}")) {
+            Some(v) => Ok(v),
+            None => candle_core::bail!("cannot find {prefix}.{key} in metadata"),
+        };
+        if arch == Arch::Llama && md("expert_count").and_then(|v| v.to_u32()).unwrap_or(0) > 1 {
+            return Ok(None);
+        }
+        let heads = md("attention.head_count")?.to_u32()? as usize;
+        let kv_heads = md("attention.head_count_kv")?.to_u32()? as usize;
+        let layers_n = md("block_count")?.to_u32()? as usize;
+        let hidden = md("embedding_length")?.to_u32()? as usize;
+        let eps = md("attention.layer_norm_rms_epsilon")?.to_f32()? as f64;
+        let freq_base = md("rope.freq_base").and_then(|m| m.to_f32()).unwrap_or(10000f32);
+        let head_dim = hidden / heads;
+        let (neox, (cos, sin)) = if arch == Arch::Llama {
+            // quantized_llama: interleaved pairs for a file that says llama,
+            // tables of `rope.dimension_count` dimensions and 4,096 rows.
+            let rope_dim = md("rope.dimension_count")?.to_u32()? as usize;
+            (false, rotary_tables(rope_dim, freq_base, LLAMA_ROPE_ROWS, device)?)
+        } else {
+            let context = md("context_length")?.to_u32()? as usize;
+            (true, rotary_tables(head_dim, freq_base, context, device)?)
+        };
+        let neg_inf = Tensor::new(f32::NEG_INFINITY, device)?;
+        let embed_q = ct.tensor(reader, "token_embd.weight", device)?;
+        let embed = Embedding::new(embed_q.dequantize(device)?, hidden);
+        let norm = RmsNorm::from_qtensor(ct.tensor(reader, "output_norm.weight", device)?, eps)?;
+        let output = match ct.tensor(reader, "output.weight", device) {
+            Ok(t) => QMatMul::from_qtensor(t)?,
+            // Tied embeddings.
+            Err(_) if arch == Arch::Llama => QMatMul::from_qtensor(embed_q)?,
+            Err(_) => QMatMul::from_qtensor(ct.tensor(reader, "token_embd.weight", device)?)?,
+        };
+        let mut layers = Vec::with_capacity(layers_n);
+        for l in 0..layers_n {
+            let mut q = |name: &str| -> candle_core::Result<QMatMul> {
+                QMatMul::from_qtensor(ct.tensor(reader, &format!("blk.{l}.{name}.weight"), device)?)
+            };
+            let (wq, wk, wv, wo) = (q("attn_q")?, q("attn_k")?, q("attn_v")?, q("attn_output")?);
+            let (gate, down, up) = (q("ffn_gate")?, q("ffn_down")?, q("ffn_up")?);
+            let bias = if arch == Arch::Qwen2 {
+                let mut b = |name: &str| ct.tensor(reader, &format!("blk.{l}.{name}.bias"), device)?.dequantize(device);
+                Some([b("attn_q")?, b("attn_k")?, b("attn_v")?])
+            } else {
+                None
+            };
+            let attn_norm =
+                RmsNorm::from_qtensor(ct.tensor(reader, &format!("blk.{l}.attn_norm.weight"), device)?, eps)?;
+            let ffn_norm = RmsNorm::from_qtensor(ct.tensor(reader, &format!("blk.{l}.ffn_norm.weight"), device)?, eps)?;
+            layers.push(Layer { wq, wk, wv, wo, bias, attn_norm, ffn_norm, gate, up, down });
+        }
+        Ok(Some(Stack { embed, layers, norm, output, cos, sin, neg_inf, heads, kv_heads, head_dim, neox }))
+    }
+
+    /// Whether every weight product takes quantized weights (candle's
+    /// quantized kernels, which compute each row alone on the CPU), not
+    /// float ones (its general matrix product).
+    pub(crate) fn all_quantized(&self) -> bool {
+        let q = |m: &QMatMul| matches!(m, QMatMul::QTensor(_));
+        q(&self.output)
+            && self.layers.iter().all(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down].into_iter().all(q))
+    }
+
+    /// Empty caches for one sequence.
+    pub(crate) fn new_caches(&self) -> Caches {
+        vec![None; self.layers.len()]
+    }
+
+    /// The rows' queries, keys and values, `(1, rows, width)` each (with
+    /// qwen2's biases).
+    fn qkv(&self, layer: &Layer, x: &Tensor) -> candle_core::Result<(Tensor, Tensor, Tensor)> {
+        let (q, k, v) = (layer.wq.forward(x)?, layer.wk.forward(x)?, layer.wv.forward(x)?);
+        match &layer.bias {
+            Some([bq, bk, bv]) => Ok((q.broadcast_add(bq)?, k.broadcast_add(bk)?, v.broadcast_add(bv)?)),
+            None => Ok((q, k, v)),
+        }
+    }
+
+    fn rope(&self, x: &Tensor, pos: usize) -> candle_core::Result<Tensor> {
+        let (_, _, seq_len, _) = x.dims4()?;
+        let cos = self.cos.narrow(0, pos, seq_len)?;
+        let sin = self.sin.narrow(0, pos, seq_len)?;
+        let x = x.contiguous()?;
+        if self.neox {
+            candle_nn::rotary_emb::rope(&x, &cos, &sin)
+        } else {
+            candle_nn::rotary_emb::rope_i(&x, &cos, &sin)
+        }
+    }
+
+    /// One sequence's attention for its `seq_len` rows at position `pos`
+    /// (`q`, `k`, `v`: `(1, seq_len, width)`), its cache extended with
+    /// them; `(1, seq_len, heads · head_dim)` before the output weights.
+    /// The operations of candle-transformers' `forward_attn`.
+    #[allow(clippy::too_many_arguments)]
+    fn attend(
+        &self,
+        cache: &mut Option<(Tensor, Tensor)>,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        mask: Option<&Tensor>,
+        pos: usize,
+    ) -> candle_core::Result<Tensor> {
+        let (b, seq_len, _) = q.dims3()?;
+        let (h, kvh, hd) = (self.heads, self.kv_heads, self.head_dim);
+        let q = q.reshape((b, seq_len, h, hd))?.transpose(1, 2)?;
+        let k = k.reshape((b, seq_len, kvh, hd))?.transpose(1, 2)?;
+        let v = v.reshape((b, seq_len, kvh, hd))?.transpose(1, 2)?.contiguous()?;
+        let q = self.rope(&q, pos)?;
+        let k = self.rope(&k, pos)?;
+        let (k, v) = match cache.as_ref() {
+            Some((kc, vc)) if pos != 0 => (Tensor::cat(&[kc, &k], 2)?, Tensor::cat(&[vc, &v], 2)?),
+            _ => (k, v),
+        };
+        *cache = Some((k.clone(), v.clone()));
+        let k = repeat_kv(k, h / kvh)?;
+        let v = repeat_kv(v, h / kvh)?;
+        let att = (q.matmul(&k.t()?)? / (hd as f64).sqrt())?;
+        let att = match mask {
+            None => att,
+            Some(mask) => {
+                let mask = mask.broadcast_as(att.shape())?;
+                mask.where_cond(&self.neg_inf.broadcast_as(mask.shape().dims())?, &att)?
+            }
+        };
+        let att = candle_nn::ops::softmax_last_dim(&att)?;
+        let y = att.matmul(&v.contiguous()?)?;
+        y.transpose(1, 2)?.reshape(&[b, seq_len, h * hd])
+    }
+
+    /// The MLP of `x`: `down(silu(gate(x)) · up(x))`.
+    fn mlp(&self, layer: &Layer, x: &Tensor) -> candle_core::Result<Tensor> {
+        let g = layer.gate.forward(x)?;
+        let u = layer.up.forward(x)?;
+        layer.down.forward(&(candle_nn::ops::silu(&g)? * u)?)
+    }
+
+    /// Feed one sequence's tokens `x` (`(1, seq_len)`) at position `pos`
+    /// after its cache (`pos == 0` starts it anew); the last row's logits,
+    /// `(1, vocab)`. The operations of candle-transformers' `forward`.
+    pub(crate) fn forward_one(&self, caches: &mut Caches, x: &Tensor, pos: usize) -> candle_core::Result<Tensor> {
+        let (_, seq_len) = x.dims2()?;
+        let mask = if seq_len == 1 { None } else { Some(build_causal_mask(seq_len, pos, x.device())?) };
+        let mut h = self.embed.forward(x)?;
+        for (layer, cache) in self.layers.iter().zip(caches.iter_mut()) {
+            let xn = layer.attn_norm.forward(&h)?;
+            let (q, k, v) = self.qkv(layer, &xn)?;
+            let y = self.attend(cache, &q, &k, &v, mask.as_ref(), pos)?;
+            let x = (layer.wo.forward(&y)? + &h)?;
+            let m = self.mlp(layer, &layer.ffn_norm.forward(&x)?)?;
+            h = (m + &x)?;
+        }
+        let x = self.norm.forward(&h)?;
+        self.output.forward(&x.i((.., seq_len - 1, ..))?)
+    }
+
+    /// One decoding pass of several sequences, one token each: `tokens[i]`
+    /// after `seqs[i]`'s cache, at its position `seqs[i].1`. The logits of
+    /// each row, `(rows, vocab)`. Every product and elementwise operation
+    /// runs once for all rows; each row's attention runs alone, as in
+    /// `Stack::forward_one`.
+    pub(crate) fn forward_rows(
+        &self,
+        seqs: &mut [(&mut Caches, usize)],
+        tokens: &[u32],
+        device: &Device,
+    ) -> candle_core::Result<Tensor> {
+        let n = tokens.len();
+        assert_eq!(n, seqs.len(), "a token per sequence");
+        let x = Tensor::new(tokens, device)?.unsqueeze(0)?;
+        let mut h = self.embed.forward(&x)?;
+        for (l, layer) in self.layers.iter().enumerate() {
+            let xn = layer.attn_norm.forward(&h)?;
+            let (q, k, v) = self.qkv(layer, &xn)?;
+            let mut ys = Vec::with_capacity(n);
+            for (i, (caches, pos)) in seqs.iter_mut().enumerate() {
+                let row = |t: &Tensor| t.narrow(1, i, 1);
+                ys.push(self.attend(&mut caches[l], &row(&q)?, &row(&k)?, &row(&v)?, None, *pos)?);
+            }
+            let y = Tensor::cat(&ys, 1)?;
+            let x = (layer.wo.forward(&y)? + &h)?;
+            let m = self.mlp(layer, &layer.ffn_norm.forward(&x)?)?;
+            h = (m + &x)?;
+        }
+        let x = self.norm.forward(&h)?;
+        self.output.forward(&x.squeeze(0)?)
+    }
+}
+
+/// One sequence of a `Stack`: the shared weights and this sequence's
+/// cache; what [`CandleModel`] drives. A clone shares the weights and keeps
+/// the cache as it is.
+#[derive(Clone)]
+pub(crate) struct StackStep {
+    pub(crate) stack: Arc<Stack>,
+    pub(crate) caches: Caches,
+}
+
+impl CacheStep for StackStep {
+    fn step(&mut self, input: &Tensor, pos: usize) -> candle_core::Result<Tensor> {
+        self.stack.forward_one(&mut self.caches, input, pos)
+    }
+
+    fn reset(&mut self) {
+        self.caches.iter_mut().for_each(|c| *c = None);
+    }
+
+    fn snapshot(&self) -> Option<Box<dyn CacheStep>> {
+        Some(Box::new(self.clone()))
+    }
+
+    fn stack_step(&mut self) -> Option<&mut StackStep> {
+        Some(self)
+    }
+}
+
+/// Sequences the candle engine holds at once, at most.
+const MAX_SLOTS: usize = 64;
+
+/// The candle engine with several sequences ([`LanguageModel::set_slots`]):
+/// each slot a [`CandleModel`] over the shared `Stack` (prompts read in
+/// its chunks, prefixes kept in its copies), and decoding passes of one
+/// token per slot run as one `Stack::forward_rows`.
+pub struct CandleSlots {
+    slots: Vec<CandleModel>,
+    stack: Arc<Stack>,
+    device: Device,
+    context_length: usize,
+    vocab_rows: usize,
+    /// Whether rows decoded together equal rows decoded alone (on the CPU,
+    /// every product with quantized weights).
+    exact: bool,
+}
+
+impl CandleSlots {
+    pub(crate) fn new(stack: Stack, device: Device, context_length: usize, vocab_rows: usize) -> Self {
+        let exact = device.is_cpu() && stack.all_quantized();
+        let stack = Arc::new(stack);
+        let mut m = CandleSlots { slots: Vec::new(), stack, device, context_length, vocab_rows, exact };
+        m.slots.push(m.fresh());
+        m
+    }
+
+    fn fresh(&self) -> CandleModel {
+        let step = StackStep { stack: self.stack.clone(), caches: self.stack.new_caches() };
+        CandleModel::new(Box::new(step), self.device.clone(), self.context_length, self.vocab_rows)
+    }
+
+    /// Decode one token for each `(slot, token)` in one pass; each slot's
+    /// logits into `rows` (in order).
+    fn decode_together(
+        &mut self,
+        entries: &[(usize, u32)],
+        out: &mut Logits,
+        rows: &[usize],
+    ) -> Result<(), ModelError> {
+        let mut held: Vec<Option<&mut CandleModel>> = self.slots.iter_mut().map(Some).collect();
+        let mut seqs: Vec<(&mut Caches, usize)> = Vec::with_capacity(entries.len());
+        let mut fed: Vec<&mut CandleModel> = Vec::with_capacity(entries.len());
+        for &(slot, _) in entries {
+            fed.push(held[slot].take().expect("distinct slots"));
+        }
+        for m in fed.iter_mut() {
+            let pos = m.positions();
+            let step = m.stack_step().expect("the slots of CandleSlots hold stack steps");
+            seqs.push((&mut step.caches, pos));
+        }
+        let tokens: Vec<u32> = entries.iter().map(|&(_, t)| t).collect();
+        let result = self.stack.forward_rows(&mut seqs, &tokens, &self.device);
+        drop(seqs);
+        let logits = match result {
+            Ok(l) => l.to_dtype(DType::F32)?.to_vec2::<f32>()?,
+            Err(e) => {
+                // Some caches may hold the token and some not: start them anew.
+                for m in fed.iter_mut() {
+                    let _ = m.truncate(0);
+                }
+                return Err(e.into());
+            }
+        };
+        for ((m, &(_, t)), (row, &r)) in fed.iter_mut().zip(entries).zip(logits.iter().zip(rows)) {
+            m.fed_one(t);
+            out.row_mut(r).copy_from_slice(row);
+        }
+        Ok(())
+    }
+}
+
+impl LanguageModel for CandleSlots {
+    fn forward(&mut self, tokens: &[u32]) -> Result<Vec<f32>, ModelError> {
+        self.slots[0].forward(tokens)
+    }
+    fn truncate(&mut self, len: usize) -> Result<(), ModelError> {
+        self.slots[0].truncate(len)
+    }
+    fn cached_len(&self) -> usize {
+        self.slots[0].cached_len()
+    }
+    fn cached_tokens(&self) -> &[u32] {
+        self.slots[0].cached_tokens()
+    }
+    fn context_length(&self) -> usize {
+        self.context_length
+    }
+    fn vocab_rows(&self) -> usize {
+        self.vocab_rows
+    }
+    fn kept_on_truncate(&self, len: usize) -> usize {
+        self.slots[0].kept_on_truncate(len)
+    }
+    fn kept_on_copy(&self, from: usize, _to: usize, len: usize) -> usize {
+        // A copy holds what `from` holds, and is cut as `from` would be.
+        self.slots[from].kept_on_truncate(len)
+    }
+    fn max_slots(&self) -> usize {
+        MAX_SLOTS
+    }
+    fn set_slots(&mut self, n: usize) -> Result<(), ModelError> {
+        if !(1..=MAX_SLOTS).contains(&n) {
+            return Err(ModelError::Other(format!("the candle engine holds 1 to {MAX_SLOTS} sequences, not {n}")));
+        }
+        self.slots.truncate(n);
+        while self.slots.len() < n {
+            let m = self.fresh();
+            self.slots.push(m);
+        }
+        Ok(())
+    }
+    fn slot_count(&self) -> usize {
+        self.slots.len()
+    }
+    fn slot_tokens(&self, slot: usize) -> &[u32] {
+        self.slots[slot].cached_tokens()
+    }
+    fn copy_prefix(&mut self, from: usize, to: usize, len: usize) -> Result<(), ModelError> {
+        if from != to {
+            self.slots[to] = self.slots[from].duplicate();
+        }
+        self.slots[to].truncate(len)
+    }
+    fn batch_exact(&self) -> bool {
+        self.exact
+    }
+    fn forward_slots(&mut self, feed: &Feed, out: &mut Logits) -> Result<(), ModelError> {
+        out.reset(feed.total_rows(), self.vocab_rows);
+        // Entries of one token whose slot can take it as it is (nothing to
+        // re-read first, room in the window) decode together; the others
+        // (prompts) are read slot by slot, each wanted row a token at a time.
+        let mut together: Vec<(usize, u32)> = Vec::new();
+        let mut together_rows: Vec<usize> = Vec::new();
+        let mut row = 0;
+        for (i, (slot, tokens)) in feed.iter().enumerate() {
+            if tokens.len() == 1 && feed.rows(i) == 1 && self.slots[slot].decodes_one() {
+                together.push((slot, tokens[0]));
+                together_rows.push(row);
+                row += 1;
+                continue;
+            }
+            let first = tokens.len() - feed.rows(i);
+            let pieces = std::iter::once(&tokens[..first + 1]).chain(tokens[first + 1..].chunks(1));
+            for piece in pieces {
+                let logits = self.slots[slot].forward(piece)?;
+                out.row_mut(row).copy_from_slice(&logits);
+                row += 1;
+            }
+        }
+        match together.len() {
+            0 => Ok(()),
+            1 => {
+                let (slot, t) = together[0];
+                let logits = self.slots[slot].forward(&[t])?;
+                out.row_mut(together_rows[0]).copy_from_slice(&logits);
+                Ok(())
+            }
+            _ => self.decode_together(&together, out, &together_rows),
+        }
+    }
+}
