@@ -254,8 +254,7 @@ impl CandleModel {
     /// caches cannot be copied ([`super::candle_stack::CandleSlots`] holds
     /// stack sequences, which can).
     pub(crate) fn duplicate(&self) -> CandleModel {
-        let copy = |w: &dyn CacheStep| w.snapshot();
-        match copy(self.weights.as_ref()) {
+        match self.weights.snapshot() {
             Some(weights) => CandleModel {
                 weights,
                 device: self.device.clone(),
