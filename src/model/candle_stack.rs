@@ -466,13 +466,8 @@ impl LanguageModel for CandleSlots {
                 row += 1;
                 continue;
             }
-            let first = tokens.len() - feed.rows(i);
-            let pieces = std::iter::once(&tokens[..first + 1]).chain(tokens[first + 1..].chunks(1));
-            for piece in pieces {
-                let logits = self.slots[slot].forward(piece)?;
-                out.row_mut(row).copy_from_slice(&logits);
-                row += 1;
-            }
+            let m = &mut self.slots[slot];
+            super::feed_rows_one_at_a_time(tokens, feed.rows(i), |piece| m.forward(piece), out, &mut row)?;
         }
         match together.len() {
             0 => Ok(()),

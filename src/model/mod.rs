@@ -142,25 +142,34 @@ pub trait LanguageModel {
     /// allocates nothing per pass once its buffers have grown. This default
     /// feeds the entries one at a time (each wanted row a token at a time).
     fn forward_slots(&mut self, feed: &Feed, out: &mut Logits) -> Result<(), ModelError> {
-        if feed.is_empty() {
-            out.reset(0, self.vocab_rows());
-        }
+        out.reset(feed.total_rows(), self.vocab_rows());
         let mut row = 0;
         for (i, (slot, tokens)) in feed.iter().enumerate() {
             assert_eq!(slot, 0, "one slot");
-            let first = tokens.len() - feed.rows(i);
-            let mut pieces = std::iter::once(&tokens[..first + 1]).chain(tokens[first + 1..].chunks(1));
-            for piece in &mut pieces {
-                let logits = self.forward(piece)?;
-                if row == 0 {
-                    out.reset(feed.total_rows(), logits.len());
-                }
-                out.row_mut(row).copy_from_slice(&logits);
-                row += 1;
-            }
+            feed_rows_one_at_a_time(tokens, feed.rows(i), |piece| self.forward(piece), out, &mut row)?;
         }
         Ok(())
     }
+}
+
+/// One entry of a pass fed as [`LanguageModel::forward_slots`] does by
+/// default: `tokens` up to its first wanted row in one piece, then each of
+/// the other `wanted − 1` rows a token at a time, each piece's logits (from
+/// `forward`) into `out` from row `*row` on.
+pub(crate) fn feed_rows_one_at_a_time(
+    tokens: &[u32],
+    wanted: usize,
+    mut forward: impl FnMut(&[u32]) -> Result<Vec<f32>, ModelError>,
+    out: &mut Logits,
+    row: &mut usize,
+) -> Result<(), ModelError> {
+    let first = tokens.len() - wanted;
+    for piece in std::iter::once(&tokens[..first + 1]).chain(tokens[first + 1..].chunks(1)) {
+        let logits = forward(piece)?;
+        out.row_mut(*row).copy_from_slice(&logits);
+        *row += 1;
+    }
+    Ok(())
 }
 
 /// A boxed model is a model (the runner holds engines as `Box<dyn LanguageModel>`).

@@ -5,24 +5,13 @@
 //! each decoded alone.
 
 use crate::common;
-use crate::native_tiny::write_model;
+use crate::native_tiny::{resolved, write_model};
 
 use candle_core::quantized::{gguf_file, GgmlDType};
 use candle_core::{Device, Tensor};
 use candle_transformers::models::{quantized_llama, quantized_qwen2};
 use themisto::model::engine::{Engine, WeightsPolicy};
-use themisto::model::fetch::ResolvedModel;
-use themisto::model::registry::resolve_spec;
 use themisto::model::{load, Feed, LanguageModel, LoadOptions, LoadedModel, Logits};
-
-fn resolved(path: &std::path::Path) -> ResolvedModel {
-    ResolvedModel {
-        card: resolve_spec(path.to_str().unwrap()).unwrap(),
-        paths: vec![path.to_path_buf()],
-        sha256: vec![themisto::util::sha256_file(path).unwrap()],
-        origin: "test".into(),
-    }
-}
 
 fn candle(path: &std::path::Path, weights: WeightsPolicy) -> LoadedModel {
     let opts = LoadOptions { engine: Engine::Candle, weights, ..LoadOptions::default() };

@@ -104,7 +104,7 @@ pub fn write_model(path: &std::path::Path, arch: &str, wt: GgmlDType) {
     common::write_gguf(path, &md, &t);
 }
 
-fn resolved(path: &std::path::Path) -> ResolvedModel {
+pub fn resolved(path: &std::path::Path) -> ResolvedModel {
     ResolvedModel {
         card: resolve_spec(path.to_str().unwrap()).unwrap(),
         paths: vec![path.to_path_buf()],
