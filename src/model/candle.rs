@@ -15,15 +15,15 @@
 //! re-feeds only the rest, in the chunks a read from position 0 would use,
 //! so the logits are bit for bit those of recomputing the whole prefix. What
 //! is kept is reported through [`LanguageModel::kept_on_truncate`]. Models
-//! whose caches are written in place (or that are not `Clone` in
-//! candle-transformers) keep no copies and recompute the kept prefix.
+//! whose caches are written in place (safetensors gemma3) keep no copies and
+//! recompute the kept prefix.
 
 use super::arch::Arch;
 use super::candle_stack::Stack;
 use super::{LanguageModel, ModelError};
 use candle_core::quantized::gguf_file;
 use candle_core::{Device, Tensor};
-use candle_transformers::models::{quantized_gemma3, quantized_llama, quantized_qwen2, quantized_qwen3};
+use candle_transformers::models::{quantized_gemma3, quantized_llama, quantized_qwen3};
 use std::fs::File;
 
 /// What [`build_weights`] built: a stack of the shared-weights kind
@@ -35,7 +35,6 @@ pub(crate) enum Built {
 
 pub(crate) enum Weights {
     Llama(quantized_llama::ModelWeights),
-    Qwen2(quantized_qwen2::ModelWeights),
     Qwen3(quantized_qwen3::ModelWeights),
     Gemma3(quantized_gemma3::ModelWeights),
 }
@@ -49,7 +48,7 @@ pub(crate) trait CacheStep {
     fn reset(&mut self);
     /// A copy whose cache holds what this one's holds now and keeps it while
     /// this one goes on; `None` where that cannot be promised (a cache
-    /// written in place, or a model candle-transformers does not let clone).
+    /// written in place, or a model that cannot be cloned).
     fn snapshot(&self) -> Option<Box<dyn CacheStep>> {
         None
     }
@@ -68,7 +67,6 @@ impl CacheStep for Weights {
     fn step(&mut self, input: &Tensor, pos: usize) -> candle_core::Result<Tensor> {
         match self {
             Weights::Llama(m) => m.forward(input, pos),
-            Weights::Qwen2(m) => m.forward(input, pos),
             Weights::Qwen3(m) => m.forward(input, pos),
             Weights::Gemma3(m) => m.forward(input, pos),
         }
@@ -77,7 +75,6 @@ impl CacheStep for Weights {
     fn reset(&mut self) {
         match self {
             Weights::Llama(m) => m.clear_kv_cache(),
-            Weights::Qwen2(m) => m.clear_kv_cache(),
             Weights::Qwen3(m) => m.clear_kv_cache(),
             // gemma3 starts a new cache whenever it is fed at position 0.
             Weights::Gemma3(_) => {}
@@ -91,8 +88,6 @@ impl CacheStep for Weights {
             Weights::Llama(m) => Weights::Llama(m.clone()),
             Weights::Qwen3(m) => Weights::Qwen3(m.clone()),
             Weights::Gemma3(m) => Weights::Gemma3(m.clone()),
-            // quantized_qwen2's model is not `Clone` in candle-transformers 0.11.1.
-            Weights::Qwen2(_) => return None,
         };
         Some(Box::new(copy))
     }
@@ -158,12 +153,12 @@ pub(crate) fn build_weights(
         }
         // llama and qwen2 as a stack (sequences decoded together); the
         // others, and llama with experts, as candle-transformers' models.
-        if let Some(stack) = Stack::from_gguf(arch, &ct, &mut file, &device)? {
-            return Ok(Built::Stack(stack));
-        }
         let w = match arch {
-            Arch::Llama => quantized_llama::ModelWeights::from_gguf(ct, &mut file, &device).map(Weights::Llama),
-            Arch::Qwen2 => quantized_qwen2::ModelWeights::from_gguf(ct, &mut file, &device).map(Weights::Qwen2),
+            Arch::Llama | Arch::Qwen2 => match Stack::from_gguf(arch, &ct, &mut file, &device)? {
+                Some(stack) => return Ok(Built::Stack(stack)),
+                // Only a llama file with experts is not a stack.
+                None => quantized_llama::ModelWeights::from_gguf(ct, &mut file, &device).map(Weights::Llama),
+            },
             Arch::Qwen3 => quantized_qwen3::ModelWeights::from_gguf(ct, &mut file, &device).map(Weights::Qwen3),
             Arch::Gemma3 => quantized_gemma3::ModelWeights::from_gguf(ct, &mut file, &device).map(Weights::Gemma3),
         };
@@ -245,8 +240,8 @@ impl CandleModel {
         debug_assert!(self.in_cache.len() == self.cached.len());
         self.in_cache.push(token);
         self.cached.push(token);
-        // One token is not a whole chunk: no copies from here on.
-        self.aligned &= self.chunk == 1;
+        // Not a chunk of a read from position 0: no copies from here on.
+        self.aligned = false;
     }
 
     /// A second model holding what this one holds (its copies too), which

@@ -378,8 +378,8 @@ impl CandleSlots {
         let tokens: Vec<u32> = entries.iter().map(|&(_, t)| t).collect();
         let result = self.stack.forward_rows(&mut seqs, &tokens, &self.device);
         drop(seqs);
-        let logits = match result {
-            Ok(l) => l.to_dtype(DType::F32)?.to_vec2::<f32>()?,
+        let logits = match result.and_then(|l| l.to_dtype(DType::F32)?.to_vec2::<f32>()) {
+            Ok(l) => l,
             Err(e) => {
                 // Some caches may hold the token and some not: start them anew.
                 for m in fed.iter_mut() {
