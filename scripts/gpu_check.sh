@@ -188,7 +188,7 @@ run_check() {
   # rows with f32 weights do the same arithmetic on the GPU. The quantized cuda row
   # (candle's CUDA kernels, 8-bit activations), bf16 and the native engine (8-bit
   # activations) compute differently by design. The batch-8 rows decode 8 sequences
-  # in each pass (candle_stack, for GGUF files and for llama/mistral/qwen2 checkpoints;
+  # in each pass (candle_stack, for GGUF files and for llama/mistral/qwen2/qwen3 checkpoints;
   # CUDA makes no promise that its rows equal rows decoded alone, so the predictions
   # column says whether they did).
   local rows=()

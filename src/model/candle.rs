@@ -160,6 +160,11 @@ pub(crate) fn build_weights(
                 // Only a llama file with experts is not a stack.
                 None => quantized_llama::ModelWeights::from_gguf(ct, &mut file, &device).map(Weights::Llama),
             },
+            // candle-transformers' qwen3 and gemma3 ignore rope scaling:
+            // a file that asks for it is refused, not run as if unscaled.
+            Arch::Qwen3 | Arch::Gemma3 if super::gguf::rope_linear_factor(&ct, arch.as_str()) != Ok(1.0) => {
+                candle_core::bail!("rope scaling is not supported for {} files by the candle engine", arch.as_str())
+            }
             Arch::Qwen3 => quantized_qwen3::ModelWeights::from_gguf(ct, &mut file, &device).map(Weights::Qwen3),
             Arch::Gemma3 => quantized_gemma3::ModelWeights::from_gguf(ct, &mut file, &device).map(Weights::Gemma3),
         };

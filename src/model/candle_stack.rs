@@ -1,5 +1,5 @@
-//! The candle engine's llama and qwen2 for GGUF files, and llama, mistral
-//! and qwen2 for safetensors checkpoints, with a KV cache per sequence, so
+//! The candle engine's llama and qwen2 for GGUF files, and llama, mistral,
+//! qwen2 and qwen3 for safetensors checkpoints, with a KV cache per sequence, so
 //! that several sequences decode in one pass ([`CandleSlots`]).
 //!
 //! candle-transformers' quantized models hold one cache for one batch whose
@@ -14,7 +14,10 @@
 //! checks it against candle-transformers on tiny models of both
 //! architectures). A checkpoint's stack (`Stack::from_safetensors`) is
 //! built as candle-transformers' safetensors `mistral::Model` (llama
-//! checkpoints too) and `qwen2::ModelForCausalLM` build theirs, with float
+//! checkpoints too), `qwen2::ModelForCausalLM` and `qwen3::ModelForCausalLM`
+//! build theirs (qwen3 with its query and key norms, and on the CPU its
+//! attention through candle_nn's flash attention, as candle-transformers
+//! runs it there), with float
 //! weights in the run's dtype and the few operations in which those models
 //! differ from the GGUF ones (`Flavor`); its logits equal theirs, bit for
 //! bit, in f32 and bf16 (a test checks that too). One exception: qwen2's own
@@ -44,7 +47,7 @@ use super::{Feed, LanguageModel, Logits, ModelError};
 use candle_core::quantized::{gguf_file, QMatMul};
 use candle_core::{DType, Device, IndexOp, Module, Tensor, D};
 use candle_nn::{Activation, Embedding, VarBuilder};
-use candle_transformers::models::{mistral, qwen2};
+use candle_transformers::models::{mistral, qwen2, qwen3};
 use candle_transformers::quantized_nn::RmsNorm;
 use candle_transformers::utils::{build_causal_mask, repeat_kv};
 use std::sync::Arc;
@@ -116,12 +119,14 @@ struct Layer {
     bias: Option<[Tensor; 3]>,
     attn_norm: Norm,
     ffn_norm: Norm,
+    /// qwen3's RMS norms of each head's query and key, before the rotary embedding.
+    qk_norm: Option<(Norm, Norm)>,
     gate: Proj,
     up: Proj,
     down: Proj,
 }
 
-/// A llama, mistral or qwen2 model's weights, without a cache.
+/// A llama, mistral, qwen2 or qwen3 model's weights, without a cache.
 pub(crate) struct Stack {
     embed: Embedding,
     layers: Vec<Layer>,
@@ -139,6 +144,9 @@ pub(crate) struct Stack {
     /// The MLP's activation (GGUF: SiLU).
     act: Activation,
     flavor: Flavor,
+    /// Attention through candle_nn's CPU flash attention (candle-transformers'
+    /// qwen3 on the CPU) instead of matrix products.
+    cpu_flash: bool,
 }
 
 /// The config of a checkpoint a [`Stack`] runs, as candle-transformers
@@ -146,6 +154,7 @@ pub(crate) struct Stack {
 pub(crate) enum StackConfig {
     Mistral(mistral::Config),
     Qwen2(qwen2::Config),
+    Qwen3(qwen3::Config),
 }
 
 /// What a [`Stack`] needs of a [`StackConfig`].
@@ -196,6 +205,20 @@ impl StackConfig {
                 window: Some(c.sliding_window),
                 qkv_bias: true,
             },
+            StackConfig::Qwen3(c) => Dims {
+                vocab: c.vocab_size,
+                hidden: c.hidden_size,
+                inter: c.intermediate_size,
+                layers: c.num_hidden_layers,
+                heads: c.num_attention_heads,
+                kv_heads: c.num_key_value_heads,
+                head_dim: c.head_dim,
+                positions: c.max_position_embeddings,
+                eps: c.rms_norm_eps,
+                act: c.hidden_act,
+                window: None,
+                qkv_bias: c.attention_bias,
+            },
         }
     }
 }
@@ -215,14 +238,29 @@ pub(crate) type Caches = Vec<Option<(Tensor, Tensor)>>;
 
 /// The rotary tables `quantized_llama` and `quantized_qwen2` compute: the
 /// angles of positions `0..rows` for `dim` dimensions.
-fn rotary_tables(dim: usize, freq_base: f32, rows: usize, device: &Device) -> candle_core::Result<(Tensor, Tensor)> {
+fn rotary_tables(
+    dim: usize,
+    freq_base: f32,
+    rows: usize,
+    factor: f64,
+    device: &Device,
+) -> candle_core::Result<(Tensor, Tensor)> {
     let theta: Vec<f32> = (0..dim).step_by(2).map(|i| 1f32 / freq_base.powf(i as f32 / dim as f32)).collect();
     let theta = Tensor::new(theta.as_slice(), device)?;
-    let angles = Tensor::arange(0, rows as u32, device)?
-        .to_dtype(DType::F32)?
+    let angles = positions(rows, factor, DType::F32, device)?
         .reshape((rows, 1))?
         .matmul(&theta.reshape((1, theta.elem_count()))?)?;
     Ok((angles.cos()?, angles.sin()?))
+}
+
+/// Positions `0..rows` in `dtype`, divided by `factor` (linear rope
+/// scaling; in f32, then rounded to `dtype`) unless it is 1.
+fn positions(rows: usize, factor: f64, dtype: DType, device: &Device) -> candle_core::Result<Tensor> {
+    if factor == 1.0 {
+        return Tensor::arange(0u32, rows as u32, device)?.to_dtype(dtype);
+    }
+    let f = factor as f32;
+    Tensor::from_vec((0..rows).map(|t| t as f32 / f).collect::<Vec<f32>>(), rows, device)?.to_dtype(dtype)
 }
 
 impl Stack {
@@ -245,7 +283,14 @@ impl Stack {
             Some(v) => Ok(v),
             None => candle_core::bail!("cannot find {prefix}.{key} in metadata"),
         };
+        // Linear rope scaling is computed here; other kinds are refused
+        // rather than run as if unscaled.
+        let factor = super::gguf::rope_linear_factor(ct, prefix)
+            .map_err(|e| candle_core::Error::Msg(format!("{e} is not supported by the candle engine")))?;
         if arch == Arch::Llama && md("expert_count").and_then(|v| v.to_u32()).unwrap_or(0) > 1 {
+            if factor != 1.0 {
+                candle_core::bail!("rope scaling is not supported for llama files with experts by the candle engine");
+            }
             return Ok(None);
         }
         let heads = md("attention.head_count")?.to_u32()? as usize;
@@ -259,10 +304,10 @@ impl Stack {
             // quantized_llama: interleaved pairs for a file that says llama,
             // tables of `rope.dimension_count` dimensions and 4,096 rows.
             let rope_dim = md("rope.dimension_count")?.to_u32()? as usize;
-            (false, rotary_tables(rope_dim, freq_base, LLAMA_ROPE_ROWS, device)?)
+            (false, rotary_tables(rope_dim, freq_base, LLAMA_ROPE_ROWS, factor, device)?)
         } else {
             let context = md("context_length")?.to_u32()? as usize;
-            (true, rotary_tables(head_dim, freq_base, context, device)?)
+            (true, rotary_tables(head_dim, freq_base, context, factor, device)?)
         };
         let neg_inf = Tensor::new(f32::NEG_INFINITY, device)?;
         let embed_q = ct.tensor(reader, "token_embd.weight", device)?;
@@ -292,17 +337,37 @@ impl Stack {
                 Ok(Norm::Gguf(RmsNorm::from_qtensor(t, eps)?))
             };
             let (attn_norm, ffn_norm) = (n("attn_norm")?, n("ffn_norm")?);
-            layers.push(Layer { wq, wk, wv, wo, bias, attn_norm, ffn_norm, gate, up, down });
+            layers.push(Layer { wq, wk, wv, wo, bias, attn_norm, ffn_norm, qk_norm: None, gate, up, down });
         }
-        let (act, flavor) = (Activation::Silu, Flavor::Gguf);
-        Ok(Some(Stack { embed, layers, norm, output, cos, sin, neg_inf, heads, kv_heads, head_dim, neox, act, flavor }))
+        let (act, flavor, cpu_flash) = (Activation::Silu, Flavor::Gguf, false);
+        Ok(Some(Stack {
+            embed,
+            layers,
+            norm,
+            output,
+            cos,
+            sin,
+            neg_inf,
+            heads,
+            kv_heads,
+            head_dim,
+            neox,
+            act,
+            flavor,
+            cpu_flash,
+        }))
     }
 
-    /// The weights of a llama, mistral or qwen2 checkpoint (`vb`: its
+    /// The weights of a llama, mistral, qwen2 or qwen3 checkpoint (`vb`: its
     /// tensors in the run's dtype), built as candle-transformers'
-    /// `mistral::Model` (which runs llama checkpoints too) and
-    /// `qwen2::ModelForCausalLM` build theirs.
-    pub(crate) fn from_safetensors(config: &StackConfig, vb: VarBuilder) -> candle_core::Result<Stack> {
+    /// `mistral::Model` (which runs llama checkpoints too),
+    /// `qwen2::ModelForCausalLM` and `qwen3::ModelForCausalLM` build theirs.
+    /// `rope_factor`: linear rope scaling (1: none).
+    pub(crate) fn from_safetensors(
+        config: &StackConfig,
+        rope_factor: f64,
+        vb: VarBuilder,
+    ) -> candle_core::Result<Stack> {
         let (device, dtype) = (vb.device().clone(), vb.dtype());
         // What the two configs say, and each one's rotary tables: mistral's
         // angles in f32, then rounded to the dtype; qwen2's frequencies from
@@ -321,10 +386,18 @@ impl Stack {
                 let inv = (0..head_dim).step_by(2).map(|i| 1f32 / c.rope_theta.powf(i as f64 / head_dim as f64) as f32);
                 (inv.collect(), dtype)
             }
+            // qwen3: qwen2's frequencies, mistral's f32 angles.
+            StackConfig::Qwen3(c) => {
+                if c.use_sliding_window {
+                    candle_core::bail!("sliding window is not supported");
+                }
+                let inv = (0..head_dim).step_by(2).map(|i| 1f32 / c.rope_theta.powf(i as f64 / head_dim as f64) as f32);
+                (inv.collect(), DType::F32)
+            }
         };
         let (n, rows) = (inv.len(), d.positions);
         let inv = Tensor::from_vec(inv, (1, n), &device)?.to_dtype(in_dtype)?;
-        let t = Tensor::arange(0u32, rows as u32, &device)?.to_dtype(in_dtype)?.reshape((rows, 1))?;
+        let t = positions(rows, rope_factor, in_dtype, &device)?.reshape((rows, 1))?;
         let freqs = t.matmul(&inv)?;
         let (cos, sin) = (freqs.cos()?.to_dtype(dtype)?, freqs.sin()?.to_dtype(dtype)?);
         let vm = vb.pp("model");
@@ -342,26 +415,58 @@ impl Stack {
                 }))
             };
             let (qd, kvd) = (heads * head_dim, kv_heads * head_dim);
+            let qwen3 = matches!(config, StackConfig::Qwen3(_));
+            let qk_norm = if qwen3 {
+                let n = |name: &str| candle_nn::rms_norm(head_dim, eps, va.pp(name)).map(Norm::Float);
+                Some((n("q_norm")?, n("k_norm")?))
+            } else {
+                None
+            };
             layers.push(Layer {
                 wq: proj(va.pp("q_proj"), hidden, qd, bias)?,
                 wk: proj(va.pp("k_proj"), hidden, kvd, bias)?,
                 wv: proj(va.pp("v_proj"), hidden, kvd, bias)?,
-                wo: proj(va.pp("o_proj"), qd, hidden, false)?,
+                // qwen3's attention bias is on its output too.
+                wo: proj(va.pp("o_proj"), qd, hidden, bias && qwen3)?,
                 bias: None,
                 attn_norm: Norm::Float(candle_nn::rms_norm(hidden, eps, vl.pp("input_layernorm"))?),
                 ffn_norm: Norm::Float(candle_nn::rms_norm(hidden, eps, vl.pp("post_attention_layernorm"))?),
+                qk_norm,
                 gate: proj(vmlp.pp("gate_proj"), hidden, inter, false)?,
                 up: proj(vmlp.pp("up_proj"), hidden, inter, false)?,
                 down: proj(vmlp.pp("down_proj"), inter, hidden, false)?,
             });
         }
         let norm = Norm::Float(candle_nn::rms_norm(hidden, eps, vm.pp("norm"))?);
-        // The loader points a tied checkpoint's `lm_head.weight` at the embedding.
-        let output = Proj::Float(candle_nn::linear_no_bias(hidden, d.vocab, vb.pp("lm_head"))?);
+        // The loader points a tied checkpoint's `lm_head.weight` at the
+        // embedding; qwen3 takes the embedding whenever its config says tied.
+        let output = match config {
+            StackConfig::Qwen3(c) if c.tie_word_embeddings => {
+                Proj::Float(candle_nn::Linear::new(embed.embeddings().clone(), None))
+            }
+            _ => Proj::Float(candle_nn::linear_no_bias(hidden, d.vocab, vb.pp("lm_head"))?),
+        };
         let neg_inf = Tensor::new(f32::NEG_INFINITY, &device)?;
         let act = d.act;
-        let flavor = Flavor::Hf { window: d.window, dtype, norm_first: matches!(config, StackConfig::Qwen2(_)) };
-        Ok(Stack { embed, layers, norm, output, cos, sin, neg_inf, heads, kv_heads, head_dim, neox: true, act, flavor })
+        let norm_first = !matches!(config, StackConfig::Mistral(_));
+        let flavor = Flavor::Hf { window: d.window, dtype, norm_first };
+        let cpu_flash = matches!(config, StackConfig::Qwen3(_)) && device.is_cpu();
+        Ok(Stack {
+            embed,
+            layers,
+            norm,
+            output,
+            cos,
+            sin,
+            neg_inf,
+            heads,
+            kv_heads,
+            head_dim,
+            neox: true,
+            act,
+            flavor,
+            cpu_flash,
+        })
     }
 
     /// The mask of `seq_len` tokens fed at position `pos` (`None` for one).
@@ -430,6 +535,7 @@ impl Stack {
     #[allow(clippy::too_many_arguments)]
     fn attend(
         &self,
+        layer: &Layer,
         cache: &mut Option<(Tensor, Tensor)>,
         q: &Tensor,
         k: &Tensor,
@@ -442,6 +548,13 @@ impl Stack {
         let q = q.reshape((b, seq_len, h, hd))?.transpose(1, 2)?;
         let k = k.reshape((b, seq_len, kvh, hd))?.transpose(1, 2)?;
         let v = v.reshape((b, seq_len, kvh, hd))?.transpose(1, 2)?.contiguous()?;
+        let (q, k) = match &layer.qk_norm {
+            Some((qn, kn)) => (
+                qn.forward(&q.flatten(0, 2)?)?.reshape((b, h, seq_len, hd))?,
+                kn.forward(&k.flatten(0, 2)?)?.reshape((b, kvh, seq_len, hd))?,
+            ),
+            None => (q, k),
+        };
         let q = self.rope(&q, pos)?;
         let k = self.rope(&k, pos)?;
         let (k, v) = match cache.as_ref() {
@@ -449,6 +562,9 @@ impl Stack {
             _ => (k, v),
         };
         *cache = Some((k.clone(), v.clone()));
+        if self.cpu_flash {
+            return self.cpu_flash_attention(&q, &k, &v, pos);
+        }
         let k = repeat_kv(k, h / kvh)?;
         let v = repeat_kv(v, h / kvh)?;
         let att = (q.matmul(&k.t()?)? / (hd as f64).sqrt())?;
@@ -463,6 +579,29 @@ impl Stack {
         let att = candle_nn::ops::softmax_last_dim(&att)?;
         let y = att.matmul(&v.contiguous()?)?;
         y.transpose(1, 2)?.reshape(&[b, seq_len, h * hd])
+    }
+
+    /// candle-transformers' qwen3 attention on the CPU: candle_nn's flash
+    /// attention in f32, causal from `pos`, over the whole cache (`k`, `v`:
+    /// `(1, kv_heads, positions, head_dim)`, the groups of heads inside).
+    fn cpu_flash_attention(&self, q: &Tensor, k: &Tensor, v: &Tensor, pos: usize) -> candle_core::Result<Tensor> {
+        use candle_nn::attention::{flash_attn, AttnMask};
+        let (b, _, seq_len, _) = q.dims4()?;
+        let q = q.transpose(1, 2)?.contiguous()?;
+        let k = k.transpose(1, 2)?.contiguous()?;
+        let v = v.transpose(1, 2)?.contiguous()?;
+        let scale = 1.0 / (self.head_dim as f32).sqrt();
+        let attend = |q: &Tensor, k: &Tensor, v: &Tensor| {
+            flash_attn::<f32>(q, k, v, scale, AttnMask::causal_with_offset(pos), None, None)
+        };
+        let ctx = match q.dtype() {
+            DType::F32 => attend(&q, &k, &v)?,
+            other => {
+                let f = |t: &Tensor| t.to_dtype(DType::F32);
+                attend(&f(&q)?, &f(&k)?, &f(&v)?)?.to_dtype(other)?
+            }
+        };
+        ctx.transpose(1, 2)?.reshape((b, seq_len, self.heads * self.head_dim))
     }
 
     /// The MLP of `x`: `down(act(gate(x)) · up(x))`.
@@ -482,7 +621,7 @@ impl Stack {
         for (layer, cache) in self.layers.iter().zip(caches.iter_mut()) {
             let xn = layer.attn_norm.forward(&h)?;
             let (q, k, v) = self.qkv(layer, &xn)?;
-            let y = self.attend(cache, &q, &k, &v, mask.as_ref(), pos)?;
+            let y = self.attend(layer, cache, &q, &k, &v, mask.as_ref(), pos)?;
             let x = (layer.wo.forward(&y)? + &h)?;
             let m = self.mlp(layer, &layer.ffn_norm.forward(&x)?)?;
             h = (m + &x)?;
@@ -519,7 +658,7 @@ impl Stack {
             let mut ys = Vec::with_capacity(n);
             for (i, (caches, pos)) in seqs.iter_mut().enumerate() {
                 let row = |t: &Tensor| t.narrow(1, i, 1);
-                ys.push(self.attend(&mut caches[l], &row(&q)?, &row(&k)?, &row(&v)?, None, *pos)?);
+                ys.push(self.attend(layer, &mut caches[l], &row(&q)?, &row(&k)?, &row(&v)?, None, *pos)?);
             }
             let y = Tensor::cat(&ys, 1)?;
             let x = (layer.wo.forward(&y)? + &h)?;

@@ -13,6 +13,31 @@ pub(crate) fn md_u32(ct: &gguf_file::Content, key: &str) -> Option<u32> {
     ct.metadata.get(key).and_then(|v| v.to_u32().ok())
 }
 
+/// How the file of architecture `arch` (its metadata prefix) scales its
+/// rotary positions: `Ok(1.0)` when it does not, `Ok(f)` for linear scaling
+/// by the factor `f` (llama.cpp's `rope.scaling.type = linear`, or the older
+/// `rope.scale_linear`: every position is divided by `f` before its angles
+/// are taken, as deepseek-coder's files ask), `Err` naming a kind no engine
+/// here computes (yarn, longrope, per-frequency factors in
+/// `rope_freqs.weight`), which must not be run as if it were unscaled.
+pub fn rope_linear_factor(ct: &gguf_file::Content, arch: &str) -> Result<f64, String> {
+    if ct.tensor_infos.contains_key("rope_freqs.weight") {
+        return Err("rope scaling by per-frequency factors (rope_freqs.weight)".into());
+    }
+    let factor = |key: &str| ct.metadata.get(&format!("{arch}.{key}")).and_then(|v| v.to_f32().ok());
+    let kind = ct.metadata.get(&format!("{arch}.rope.scaling.type")).and_then(|v| v.to_string().ok().cloned());
+    let f = match kind.as_deref() {
+        None => factor("rope.scale_linear").unwrap_or(1.0),
+        Some("none") => 1.0,
+        Some("linear") => factor("rope.scaling.factor").or_else(|| factor("rope.scale_linear")).unwrap_or(1.0),
+        Some(other) => return Err(format!("rope scaling of type {other:?}")),
+    };
+    if !(f.is_finite() && f > 0.0) {
+        return Err(format!("a rope scaling factor of {f}"));
+    }
+    Ok(f as f64)
+}
+
 /// Elements of a tensor, `None` when the dimensions overflow (a corrupt header).
 fn elem_count(info: &gguf_file::TensorInfo) -> Option<u64> {
     info.shape.dims().iter().try_fold(1u64, |n, &d| n.checked_mul(d as u64))

@@ -7,11 +7,11 @@
 //! [`CheckpointFacts`] is what the loader reads from `config.json` and the
 //! safetensors headers before any weight; `build` makes the model.
 //!
-//! Llama, mistral and qwen2 checkpoints run on the engine's own stack
+//! Llama, mistral, qwen2 and qwen3 checkpoints run on the engine's own stack
 //! ([`super::candle_stack`]): the operations of candle-transformers'
 //! `mistral` (which runs llama checkpoints too: the same network, HF layout
 //! and rotary embedding, while candle's llama model cannot append several
-//! tokens to a non-empty cache) and `qwen2` models, bit for bit, with a
+//! tokens to a non-empty cache), `qwen2` and `qwen3` models, bit for bit, with a
 //! cache per sequence, so several sequences decode in one pass. The others
 //! run on candle-transformers' models (`HfWeights`), one sequence at a
 //! time, held by [`super::candle::CandleModel`] behind the same seam: their
@@ -24,7 +24,7 @@ use super::candle_stack::{Stack, StackConfig};
 use super::ModelError;
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
-use candle_transformers::models::{gemma2, gemma3, phi3, qwen3, starcoder2};
+use candle_transformers::models::{gemma2, gemma3, phi3, starcoder2};
 use serde_json::Value as Json;
 use std::path::{Path, PathBuf};
 
@@ -157,17 +157,10 @@ fn adapt_config(arch: HfArch, config: &mut Json, path: &Path) -> Result<(), Mode
         return Err(config_error(path, "not a JSON object"));
     };
     let present = |obj: &serde_json::Map<String, Json>, k: &str| obj.get(k).is_some_and(|v| !v.is_null());
+    if matches!(arch, HfArch::Llama | HfArch::Mistral | HfArch::Qwen2) {
+        linear_rope_factor(obj).map_err(|e| config_error(path, format!("{e} for {} checkpoints", arch.as_str())))?;
+    }
     if matches!(arch, HfArch::Llama | HfArch::Mistral) {
-        if present(obj, "rope_scaling") {
-            return Err(config_error(
-                path,
-                format!(
-                    "`rope_scaling` {} is not supported for {} checkpoints by this engine",
-                    obj["rope_scaling"],
-                    arch.as_str()
-                ),
-            ));
-        }
         for flag in ["attention_bias", "mlp_bias"] {
             if obj.get(flag).and_then(Json::as_bool) == Some(true) {
                 return Err(config_error(path, format!("`{flag}: true` is not supported for {}", arch.as_str())));
@@ -188,10 +181,25 @@ fn adapt_config(arch: HfArch, config: &mut Json, path: &Path) -> Result<(), Mode
     Ok(())
 }
 
-/// A checkpoint's model in candle-transformers (llama, mistral and qwen2
+/// The factor of a config's linear `rope_scaling` (`{"type" or "rope_type":
+/// "linear", "factor": f}`, as deepseek-coder's): 1 without one; `Err` for
+/// any other kind (yarn, dynamic, llama3, ...), which is not run as if it
+/// were unscaled.
+fn linear_rope_factor(config: &serde_json::Map<String, Json>) -> Result<f64, String> {
+    let scaling = match config.get("rope_scaling") {
+        None | Some(Json::Null) => return Ok(1.0),
+        Some(s) => s,
+    };
+    let kind = scaling.get("rope_type").or_else(|| scaling.get("type")).and_then(Json::as_str);
+    match (kind, scaling.get("factor").and_then(Json::as_f64)) {
+        (Some("linear"), Some(f)) if f.is_finite() && f > 0.0 => Ok(f),
+        _ => Err(format!("`rope_scaling` {scaling} is not supported (only linear scaling)")),
+    }
+}
+
+/// A checkpoint's model in candle-transformers (llama, mistral, qwen2 and qwen3
 /// run as a [`Stack`] instead).
 pub(crate) enum HfWeights {
-    Qwen3(qwen3::ModelForCausalLM),
     Starcoder2(starcoder2::Model),
     Phi3(phi3::Model),
     Gemma2(gemma2::Model),
@@ -201,7 +209,6 @@ pub(crate) enum HfWeights {
 impl CacheStep for HfWeights {
     fn step(&mut self, input: &Tensor, pos: usize) -> candle_core::Result<Tensor> {
         let logits = match self {
-            HfWeights::Qwen3(m) => m.forward(input, pos)?,
             HfWeights::Starcoder2(m) => m.forward(input, pos)?,
             HfWeights::Phi3(m) => m.forward(input, pos)?,
             HfWeights::Gemma2(m) => m.forward(input, pos)?,
@@ -214,7 +221,6 @@ impl CacheStep for HfWeights {
 
     fn reset(&mut self) {
         match self {
-            HfWeights::Qwen3(m) => m.clear_kv_cache(),
             HfWeights::Starcoder2(m) => m.clear_kv_cache(),
             HfWeights::Phi3(m) => m.clear_kv_cache(),
             HfWeights::Gemma2(m) => m.clear_kv_cache(),
@@ -226,7 +232,6 @@ impl CacheStep for HfWeights {
         // Their caches are tensors replaced by concatenation (qwen3:
         // candle_nn's ConcatKvCache), never written in place.
         let copy = match self {
-            HfWeights::Qwen3(m) => HfWeights::Qwen3(m.clone()),
             HfWeights::Starcoder2(m) => HfWeights::Starcoder2(m.clone()),
             HfWeights::Phi3(m) => HfWeights::Phi3(m.clone()),
             HfWeights::Gemma2(m) => HfWeights::Gemma2(m.clone()),
@@ -255,7 +260,7 @@ fn parse_config<T: serde::de::DeserializeOwned>(facts: &CheckpointFacts, path: &
     })
 }
 
-/// What [`build`] built: llama, mistral and qwen2 as a [`Stack`] (a cache
+/// What [`build`] built: llama, mistral, qwen2 and qwen3 as a [`Stack`] (a cache
 /// per sequence, several sequences decoded in one pass), the others as
 /// candle-transformers' models.
 pub(crate) enum HfBuilt {
@@ -287,15 +292,19 @@ pub(crate) fn build(
             })
         };
     let w = match facts.arch {
-        HfArch::Llama | HfArch::Mistral => {
-            let config = StackConfig::Mistral(parse_config(facts, config_path)?);
-            return Ok(HfBuilt::Stack(Stack::from_safetensors(&config, vb)?));
+        HfArch::Llama | HfArch::Mistral | HfArch::Qwen2 | HfArch::Qwen3 => {
+            let config = match facts.arch {
+                HfArch::Qwen2 => StackConfig::Qwen2(parse_config(facts, config_path)?),
+                HfArch::Qwen3 => StackConfig::Qwen3(parse_config(facts, config_path)?),
+                _ => StackConfig::Mistral(parse_config(facts, config_path)?),
+            };
+            let factor = facts
+                .config
+                .as_object()
+                .map_or(Ok(1.0), linear_rope_factor)
+                .map_err(|e| config_error(config_path, e))?;
+            return Ok(HfBuilt::Stack(Stack::from_safetensors(&config, factor, vb)?));
         }
-        HfArch::Qwen2 => {
-            let config = StackConfig::Qwen2(parse_config(facts, config_path)?);
-            return Ok(HfBuilt::Stack(Stack::from_safetensors(&config, vb)?));
-        }
-        HfArch::Qwen3 => HfWeights::Qwen3(qwen3::ModelForCausalLM::new(&parse_config(facts, config_path)?, vb)?),
         HfArch::Starcoder2 => HfWeights::Starcoder2(starcoder2::Model::new(&parse_config(facts, config_path)?, vb)?),
         HfArch::Phi3 => HfWeights::Phi3(phi3::Model::new(&parse_config(facts, config_path)?, vb)?),
         HfArch::Gemma2 => HfWeights::Gemma2(gemma2::Model::new(false, &parse_config(facts, config_path)?, vb)?),
@@ -321,6 +330,23 @@ pub fn generation_eos_ids(path: &Path) -> Result<Vec<u32>, ModelError> {
 #[cfg(test)]
 mod tests {
     use super::HfArch;
+
+    #[test]
+    fn only_linear_rope_scaling_has_a_factor() {
+        let factor = |v: serde_json::Value| super::linear_rope_factor(v.as_object().unwrap());
+        assert_eq!(factor(serde_json::json!({})), Ok(1.0));
+        assert_eq!(factor(serde_json::json!({"rope_scaling": null})), Ok(1.0));
+        assert_eq!(factor(serde_json::json!({"rope_scaling": {"type": "linear", "factor": 4.0}})), Ok(4.0));
+        assert_eq!(factor(serde_json::json!({"rope_scaling": {"rope_type": "linear", "factor": 2}})), Ok(2.0));
+        for bad in [
+            serde_json::json!({"rope_scaling": {"type": "yarn", "factor": 4.0}}),
+            serde_json::json!({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}),
+            serde_json::json!({"rope_scaling": {"type": "linear"}}),
+            serde_json::json!({"rope_scaling": {"type": "linear", "factor": 0.0}}),
+        ] {
+            assert!(factor(bad.clone()).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn names_round_trip() {

@@ -44,6 +44,11 @@ impl Rng {
 
 /// Write a two-layer model of architecture `arch` with matrices of type `wt`.
 pub fn write_model(path: &std::path::Path, arch: &str, wt: GgmlDType) {
+    write_model_with(path, arch, wt, &[]);
+}
+
+/// [`write_model`] with more metadata (same weights).
+pub fn write_model_with(path: &std::path::Path, arch: &str, wt: GgmlDType, extra: &[(String, Value)]) {
     let tokens = common::tiny_tokens();
     let vocab = tokens.len();
     let mut rng = Rng(0x5eed ^ wt as u64 ^ (arch.len() as u64) << 20);
@@ -100,6 +105,7 @@ pub fn write_model(path: &std::path::Path, arch: &str, wt: GgmlDType) {
         (format!("{arch}.rope.freq_base"), Value::F32(10000.0)),
         (format!("{arch}.attention.layer_norm_rms_epsilon"), Value::F32(1e-5)),
     ];
+    md.extend(extra.iter().cloned());
     md.extend(common::tokenizer_metadata(&tokens));
     common::write_gguf(path, &md, &t);
 }
@@ -182,6 +188,66 @@ fn quantized_weights_match_candle_within_activation_rounding() {
         let d = compare(arch, GgmlDType::Q4K);
         assert!(d < QUANTIZED_MAX_REL_DIFF, "{arch} Q4_K: logits differ by {d} of their range");
     }
+}
+
+/// Linear rope scaling (deepseek-coder's files): both engines divide the
+/// positions by the factor. A factor of 1 gives the unscaled bits; a factor
+/// of 4 changes the logits, and the two engines (independent rotary code)
+/// still agree as closely as unscaled; the older `rope.scale_linear` key
+/// means the same. Kinds no engine computes (yarn) are refused by both,
+/// and so is scaling on candle-transformers' qwen3, which would ignore it.
+#[test]
+fn linear_rope_scaling_runs_on_both_engines_and_other_kinds_are_refused() {
+    let dir = common::tempdir();
+    for arch in ["llama", "qwen2"] {
+        let write = |name: &str, extra: &[(&str, Value)]| {
+            let path = dir.path().join(format!("{arch}-{name}.gguf"));
+            let extra: Vec<(String, Value)> = extra.iter().map(|(k, v)| (format!("{arch}.{k}"), v.clone())).collect();
+            write_model_with(&path, arch, GgmlDType::F32, &extra);
+            resolved(&path)
+        };
+        let linear =
+            |f: f32| [("rope.scaling.type", Value::String("linear".into())), ("rope.scaling.factor", Value::F32(f))];
+        let files = [
+            write("plain", &[]),
+            write("one", &linear(1.0)),
+            write("four", &linear(4.0)),
+            write("legacy-four", &[("rope.scale_linear", Value::F32(4.0))]),
+        ];
+        let mut logits: Vec<[Vec<f32>; 2]> = Vec::new();
+        for r in &files {
+            let mut native = load(r, Engine::Native, WeightsPolicy::Auto);
+            let mut candle = load(r, Engine::Candle, WeightsPolicy::F32);
+            let prompt = native.tokenizer.encode("df = pd.read_csv('data.csv')\nprint(df.head())\n").unwrap();
+            let (a, b) = (native.model.forward(&prompt).unwrap(), candle.model.forward(&prompt).unwrap());
+            assert!(rel_diff(&a, &b) < 2e-3, "{arch} {}: engines differ by {}", r.paths[0].display(), rel_diff(&a, &b));
+            logits.push([a, b]);
+        }
+        assert_eq!(logits[1], logits[0], "{arch}: a linear factor of 1 is no scaling");
+        assert_eq!(logits[3], logits[2], "{arch}: rope.scale_linear is the same scaling");
+        for (scaled, plain) in logits[2].iter().zip(&logits[0]) {
+            assert!(rel_diff(scaled, plain) > 1e-2, "{arch}: a factor of 4 changes the logits");
+        }
+        let yarn = write(
+            "yarn",
+            &[("rope.scaling.type", Value::String("yarn".into())), ("rope.scaling.factor", Value::F32(4.0))],
+        );
+        for engine in [Engine::Native, Engine::Candle, Engine::Auto] {
+            let opts = LoadOptions { engine, ..Default::default() };
+            let err =
+                load_model(&yarn, &Device::Cpu, &opts).err().unwrap_or_else(|| panic!("{arch} {engine:?}: yarn loads"));
+            assert!(err.to_string().contains("rope scaling"), "{arch} {engine:?}: {err}");
+        }
+    }
+    let path = dir.path().join("qwen3-linear.gguf");
+    let extra = [
+        ("qwen3.rope.scaling.type".to_string(), Value::String("linear".into())),
+        ("qwen3.rope.scaling.factor".to_string(), Value::F32(2.0)),
+    ];
+    write_model_with(&path, "qwen3", GgmlDType::F32, &extra);
+    let opts = LoadOptions { engine: Engine::Candle, ..Default::default() };
+    let err = load_model(&resolved(&path), &Device::Cpu, &opts).err().expect("candle's qwen3 with rope scaling");
+    assert!(err.to_string().contains("rope scaling"), "{err}");
 }
 
 #[test]

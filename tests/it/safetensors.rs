@@ -377,15 +377,31 @@ fn bad_checkpoints_are_clean_errors() {
     assert!(err.contains("model-00002-of-00002.safetensors"), "{err}");
     std::fs::write(&shard, &saved).unwrap();
 
-    // Llama rope scaling that the engine would ignore is refused.
-    let ldir = tmp.path().join("llama");
-    write_checkpoint(&ldir, "llama", false, 3);
-    let lconfig = ldir.join("config.json");
-    let mut c: Value = serde_json::from_str(&std::fs::read_to_string(&lconfig).unwrap()).unwrap();
-    c["rope_scaling"] = json!({"type": "linear", "factor": 4.0});
-    std::fs::write(&lconfig, c.to_string()).unwrap();
-    let err = open(ldir.to_str().unwrap(), tmp.path()).err().unwrap().to_string();
-    assert!(err.contains("rope_scaling"), "{err}");
+    // Linear rope scaling runs (a factor of 1: the unscaled bits; 4: other
+    // logits); kinds the engine does not compute are refused, for qwen2 too.
+    for arch in ["llama", "qwen2"] {
+        let adir = tmp.path().join(format!("scaled-{arch}"));
+        write_checkpoint(&adir, arch, false, 3);
+        let aconfig = adir.join("config.json");
+        let plain: Value = serde_json::from_str(&std::fs::read_to_string(&aconfig).unwrap()).unwrap();
+        let mut logits = Vec::new();
+        for scaling in
+            [json!(null), json!({"type": "linear", "factor": 1.0}), json!({"rope_type": "linear", "factor": 4.0})]
+        {
+            let mut c = plain.clone();
+            c["rope_scaling"] = scaling;
+            std::fs::write(&aconfig, c.to_string()).unwrap();
+            let mut m = open(adir.to_str().unwrap(), tmp.path()).unwrap();
+            logits.push(m.model.forward(&PROMPT).unwrap());
+        }
+        assert_eq!(logits[1], logits[0], "{arch}: a linear factor of 1 is no scaling");
+        assert!(!close(&logits[2], &logits[0]), "{arch}: a linear factor of 4 changes the logits");
+        let mut c = plain.clone();
+        c["rope_scaling"] = json!({"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768});
+        std::fs::write(&aconfig, c.to_string()).unwrap();
+        let err = open(adir.to_str().unwrap(), tmp.path()).err().unwrap().to_string();
+        assert!(err.contains("rope_scaling") && err.contains("yarn"), "{arch}: {err}");
+    }
 }
 
 fn themisto() -> Command {
@@ -562,9 +578,10 @@ fn copies_at_chunk_ends_are_reused_with_the_same_bits() {
 /// Feeds tokens at a position to a reference model; the last logits.
 type Feeder = dyn FnMut(&[u32], usize) -> candle_core::Result<Tensor>;
 
-/// Llama, mistral and qwen2 checkpoints run on the engine's stack (a cache
-/// per sequence): one sequence fed in pieces gets candle-transformers' own
-/// `mistral::Model` / `qwen2::ModelForCausalLM` logits on the same files,
+/// Llama, mistral, qwen2 and qwen3 checkpoints run on the engine's stack (a
+/// cache per sequence): one sequence fed in pieces gets candle-transformers'
+/// own `mistral::Model` / `qwen2::ModelForCausalLM` /
+/// `qwen3::ModelForCausalLM` logits on the same files,
 /// bit for bit, in f32 and bf16; sequences decoded together in one pass
 /// (float weights: rows are not promised the bits of each alone) stay
 /// within rounding of each decoded alone, and the engine says it makes no
@@ -572,7 +589,7 @@ type Feeder = dyn FnMut(&[u32], usize) -> candle_core::Result<Tensor>;
 #[test]
 fn stack_checkpoints_get_candle_transformers_bits() {
     let tmp = common::tempdir();
-    for (i, arch) in ["llama", "mistral", "qwen2"].into_iter().enumerate() {
+    for (i, arch) in ["llama", "mistral", "qwen2", "qwen3"].into_iter().enumerate() {
         let dir = tmp.path().join(arch);
         write_checkpoint(&dir, arch, false, 41 + i as u64);
         for (dtype, policy) in [(DType::F32, DtypePolicy::F32), (DType::BF16, DtypePolicy::Bf16)] {
@@ -597,6 +614,9 @@ fn stack_checkpoints_get_candle_transformers_bits() {
                 );
             let mut reference: Box<Feeder> = if arch == "qwen2" {
                 let mut r = qwen2::ModelForCausalLM::new(&serde_json::from_value(config).unwrap(), vb).unwrap();
+                Box::new(move |t, pos| r.forward(&Tensor::new(t, &Device::Cpu)?.unsqueeze(0)?, pos))
+            } else if arch == "qwen3" {
+                let mut r = qwen3::ModelForCausalLM::new(&serde_json::from_value(config).unwrap(), vb).unwrap();
                 Box::new(move |t, pos| r.forward(&Tensor::new(t, &Device::Cpu)?.unsqueeze(0)?, pos))
             } else {
                 let mut r = mistral::Model::new(&serde_json::from_value(config).unwrap(), vb).unwrap();

@@ -21,6 +21,9 @@ pub struct Config {
     pub eps: f32,
     pub rope_base: f32,
     pub rope_neox: bool,
+    /// Linear rope scaling: positions are divided by it (1: none; see
+    /// [`crate::model::gguf::rope_linear_factor`]).
+    pub rope_factor: f64,
 }
 
 fn md_u32(ct: &gguf_file::Content, key: &str) -> Option<usize> {
@@ -61,6 +64,7 @@ impl Config {
             eps: md_f32(ct, &format!("{a}.attention.layer_norm_rms_epsilon")).unwrap_or(1e-6),
             rope_base: md_f32(ct, &format!("{a}.rope.freq_base")).unwrap_or(10_000.0),
             rope_neox: arch != Arch::Llama,
+            rope_factor: crate::model::gguf::rope_linear_factor(ct, a)?,
         };
         cfg.check(ct)?;
         Ok(cfg)
@@ -79,11 +83,6 @@ impl Config {
         }
         if md_u32(ct, &format!("{a}.expert_count")).unwrap_or(0) > 0 {
             return Err("mixture-of-experts layers".into());
-        }
-        if ct.metadata.contains_key(&format!("{a}.rope.scaling.type"))
-            || ct.tensor_infos.contains_key("rope_freqs.weight")
-        {
-            return Err("rope scaling".into());
         }
         for (name, info) in &ct.tensor_infos {
             if QType::from_ggml(info.ggml_dtype).is_none() {

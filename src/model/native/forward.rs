@@ -159,8 +159,10 @@ impl Transformer {
         }
         rope.clear();
         for pos in spans.iter().flat_map(|&(_, len, p)| p..p + len) {
+            // Linear rope scaling divides the position (exactly nothing for 1).
+            let p = pos as f64 / self.cfg.rope_factor;
             for f in &self.inv_freq {
-                let a = pos as f64 * f;
+                let a = p * f;
                 rope.push((a.cos() as f32, a.sin() as f32));
             }
         }
