@@ -673,3 +673,24 @@ fn stack_checkpoints_get_candle_transformers_bits() {
         }
     }
 }
+
+/// Every architecture reads a prompt longer than a 512-token chunk (the
+/// second chunk after a non-empty cache) in bf16 and in f16, CUDA's dtypes,
+/// and then decodes a token: no dtype may meet another inside the model.
+#[test]
+fn every_architecture_reads_long_prompts_in_half_precision() {
+    let tmp = common::tempdir();
+    let prompt: Vec<u32> = (0..700u32).map(|i| (i * 13 + 5) % VOCAB as u32).collect();
+    for (i, arch) in ARCHS.iter().enumerate() {
+        let dir = tmp.path().join(arch);
+        write_checkpoint(&dir, arch, false, 61 + i as u64);
+        for policy in [DtypePolicy::Bf16, DtypePolicy::F16] {
+            let mut opts = options(tmp.path());
+            opts.load.dtype = policy;
+            let mut m = themisto::model::open(dir.to_str().unwrap(), &opts).unwrap();
+            let first = m.model.forward(&prompt).unwrap_or_else(|e| panic!("{arch} {policy:?}: {e}"));
+            let next = m.model.forward(&[7]).unwrap_or_else(|e| panic!("{arch} {policy:?}: {e}"));
+            assert!(first.iter().chain(&next).all(|x| x.is_finite()), "{arch} {policy:?}: logits not finite");
+        }
+    }
+}
