@@ -143,7 +143,7 @@ pub struct RunArgs {
     /// CPU threads (default: all cores; RAYON_NUM_THREADS also works).
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
-    /// Samples decoded together, with continuous batching (default: 4 where rows decoded together equal rows decoded alone: the native engine, and candle's GGUF llama and qwen2 on the CPU with quantized weights; else 1, and N is allowed with a note where the engine batches: candle's float weights, llama/mistral/qwen2/qwen3 checkpoints, CUDA); predictions do not depend on it where the default is 4.
+    /// Samples decoded together, with continuous batching (default: 4 where rows decoded together equal rows decoded alone: the native engine, and candle's GGUF llama, qwen2 and qwen3 on the CPU with quantized weights; else 1, and N is allowed with a note where the engine batches: candle's float weights, llama/mistral/qwen2/qwen3 checkpoints, CUDA); predictions do not depend on it where the default is 4.
     #[arg(long, value_name = "N")]
     pub batch: Option<usize>,
     /// Prompt lookup decoding: each decoding step also checks up to N draft tokens, those that followed the latest earlier occurrence of the sequence's last tokens in the prompt or the output (default: 8 on the native engine, whose multi-token passes give each token the bits of a single-token pass; engines without that guarantee decode a token a step). 0: off. Predictions do not depend on it.

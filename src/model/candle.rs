@@ -1,8 +1,8 @@
-//! The candle engine: GGUF models on the CPU or CUDA, qwen3 and gemma3
-//! through candle-transformers' quantized implementations, llama and qwen2
-//! through [`super::candle_stack`] (the same operations, a cache per
-//! sequence, several sequences decoded in one pass, as for llama, mistral
-//! and qwen2 checkpoints); and the cache bookkeeping ([`CandleModel`])
+//! The candle engine: GGUF models on the CPU or CUDA, gemma3 (and llama
+//! with experts) through candle-transformers' quantized implementations,
+//! llama, qwen2 and qwen3 through [`super::candle_stack`] (the same
+//! operations, a cache per sequence, several sequences decoded in one
+//! pass, as for llama, mistral, qwen2 and qwen3 checkpoints); and the cache bookkeeping ([`CandleModel`])
 //! shared with the safetensors engine ([`super::safetensors`]), whose
 //! candle models keep their caches the same way.
 //!
@@ -24,7 +24,7 @@ use super::candle_stack::Stack;
 use super::{LanguageModel, ModelError};
 use candle_core::quantized::gguf_file;
 use candle_core::{Device, Tensor};
-use candle_transformers::models::{quantized_gemma3, quantized_llama, quantized_qwen3};
+use candle_transformers::models::{quantized_gemma3, quantized_llama};
 use std::fs::File;
 
 /// What [`build_weights`] built: a stack of the shared-weights kind
@@ -36,7 +36,6 @@ pub(crate) enum Built {
 
 pub(crate) enum Weights {
     Llama(quantized_llama::ModelWeights),
-    Qwen3(quantized_qwen3::ModelWeights),
     Gemma3(quantized_gemma3::ModelWeights),
 }
 
@@ -68,7 +67,6 @@ impl CacheStep for Weights {
     fn step(&mut self, input: &Tensor, pos: usize) -> candle_core::Result<Tensor> {
         match self {
             Weights::Llama(m) => m.forward(input, pos),
-            Weights::Qwen3(m) => m.forward(input, pos),
             Weights::Gemma3(m) => m.forward(input, pos),
         }
     }
@@ -76,7 +74,6 @@ impl CacheStep for Weights {
     fn reset(&mut self) {
         match self {
             Weights::Llama(m) => m.clear_kv_cache(),
-            Weights::Qwen3(m) => m.clear_kv_cache(),
             // gemma3 starts a new cache whenever it is fed at position 0.
             Weights::Gemma3(_) => {}
         }
@@ -87,7 +84,6 @@ impl CacheStep for Weights {
         // candle_nn's ConcatKvCache), never written in place.
         let copy = match self {
             Weights::Llama(m) => Weights::Llama(m.clone()),
-            Weights::Qwen3(m) => Weights::Qwen3(m.clone()),
             Weights::Gemma3(m) => Weights::Gemma3(m.clone()),
         };
         Some(Box::new(copy))
@@ -155,17 +151,16 @@ pub(crate) fn build_weights(
         // llama and qwen2 as a stack (sequences decoded together); the
         // others, and llama with experts, as candle-transformers' models.
         let w = match arch {
-            Arch::Llama | Arch::Qwen2 => match Stack::from_gguf(arch, &ct, &mut file, &device)? {
+            Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => match Stack::from_gguf(arch, &ct, &mut file, &device)? {
                 Some(stack) => return Ok(Built::Stack(stack)),
                 // Only a llama file with experts is not a stack.
                 None => quantized_llama::ModelWeights::from_gguf(ct, &mut file, &device).map(Weights::Llama),
             },
-            // candle-transformers' qwen3 and gemma3 ignore rope scaling:
-            // a file that asks for it is refused, not run as if unscaled.
-            Arch::Qwen3 | Arch::Gemma3 if super::gguf::rope_linear_factor(&ct, arch.as_str()) != Ok(1.0) => {
+            // candle-transformers' gemma3 ignores rope scaling: a file that
+            // asks for it is refused, not run as if unscaled.
+            Arch::Gemma3 if super::gguf::rope_linear_factor(&ct, arch.as_str()) != Ok(1.0) => {
                 candle_core::bail!("rope scaling is not supported for {} files by the candle engine", arch.as_str())
             }
-            Arch::Qwen3 => quantized_qwen3::ModelWeights::from_gguf(ct, &mut file, &device).map(Weights::Qwen3),
             Arch::Gemma3 => quantized_gemma3::ModelWeights::from_gguf(ct, &mut file, &device).map(Weights::Gemma3),
         };
         w.map(Built::Weights)

@@ -1,4 +1,4 @@
-//! The candle engine's llama and qwen2 for GGUF files, and llama, mistral,
+//! The candle engine's llama, qwen2 and qwen3 for GGUF files, and llama, mistral,
 //! qwen2 and qwen3 for safetensors checkpoints, with a KV cache per sequence, so
 //! that several sequences decode in one pass ([`CandleSlots`]).
 //!
@@ -7,11 +7,12 @@
 //! use: its samples start and end at different times and lengths. `Stack`
 //! holds the weights of the same model (shared by every sequence, as an
 //! `Arc`) and takes the cache as an argument. It is built from the GGUF file
-//! as `quantized_llama::ModelWeights::from_gguf` and
-//! `quantized_qwen2::ModelWeights::from_gguf` build theirs, and one sequence's
+//! as `quantized_llama::ModelWeights::from_gguf`,
+//! `quantized_qwen2::ModelWeights::from_gguf` and
+//! `quantized_qwen3::ModelWeights::from_gguf` build theirs, and one sequence's
 //! pass (`Stack::forward_one`) runs the same candle operations on the same
 //! shapes as their `forward`, so its logits are theirs, bit for bit (a test
-//! checks it against candle-transformers on tiny models of both
+//! checks it against candle-transformers on tiny models of the three
 //! architectures). A checkpoint's stack (`Stack::from_safetensors`) is
 //! built as candle-transformers' safetensors `mistral::Model` (llama
 //! checkpoints too), `qwen2::ModelForCausalLM` and `qwen3::ModelForCausalLM`
@@ -253,6 +254,29 @@ fn rotary_tables(
     Ok((angles.cos()?, angles.sin()?))
 }
 
+/// The rotary tables `quantized_qwen3` computes: frequencies from f64
+/// powers, angles in the file's compute dtype (`general.dtype`: 0 for f32,
+/// else f16), kept as f32 (it converts them to the queries' dtype, f32,
+/// when it applies them).
+fn qwen3_rotary_tables(
+    ct: &gguf_file::Content,
+    dim: usize,
+    freq_base: f64,
+    rows: usize,
+    factor: f64,
+    device: &Device,
+) -> candle_core::Result<(Tensor, Tensor)> {
+    let dtype = match ct.metadata.get("general.dtype").map(|v| v.to_u32()) {
+        Some(Ok(0)) => DType::F32,
+        _ => DType::F16,
+    };
+    let inv: Vec<f32> = (0..dim).step_by(2).map(|i| 1f32 / freq_base.powf(i as f64 / dim as f64) as f32).collect();
+    let n = inv.len();
+    let inv = Tensor::from_vec(inv, (1, n), device)?.to_dtype(dtype)?;
+    let freqs = positions(rows, factor, dtype, device)?.reshape((rows, 1))?.matmul(&inv)?;
+    Ok((freqs.cos()?.to_dtype(DType::F32)?, freqs.sin()?.to_dtype(DType::F32)?))
+}
+
 /// Positions `0..rows` in `dtype`, divided by `factor` (linear rope
 /// scaling; in f32, then rounded to `dtype`) unless it is 1.
 fn positions(rows: usize, factor: f64, dtype: DType, device: &Device) -> candle_core::Result<Tensor> {
@@ -264,7 +288,7 @@ fn positions(rows: usize, factor: f64, dtype: DType, device: &Device) -> candle_
 }
 
 impl Stack {
-    /// The weights of a llama (without experts) or qwen2 GGUF file, built
+    /// The weights of a llama (without experts), qwen2 or qwen3 GGUF file, built
     /// as candle-transformers builds them; `None` for other architectures
     /// and for llama files with experts (which keep candle-transformers'
     /// model, one sequence at a time).
@@ -277,6 +301,7 @@ impl Stack {
         let prefix = match arch {
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
+            Arch::Qwen3 => "qwen3",
             _ => return Ok(None),
         };
         let md = |key: &str| match ct.metadata.get(&format!("{prefix}.{key}")) {
@@ -299,12 +324,16 @@ impl Stack {
         let hidden = md("embedding_length")?.to_u32()? as usize;
         let eps = md("attention.layer_norm_rms_epsilon")?.to_f32()? as f64;
         let freq_base = md("rope.freq_base").and_then(|m| m.to_f32()).unwrap_or(10000f32);
-        let head_dim = hidden / heads;
+        let qwen3 = arch == Arch::Qwen3;
+        let head_dim = if qwen3 { md("attention.key_length")?.to_u32()? as usize } else { hidden / heads };
         let (neox, (cos, sin)) = if arch == Arch::Llama {
             // quantized_llama: interleaved pairs for a file that says llama,
             // tables of `rope.dimension_count` dimensions and 4,096 rows.
             let rope_dim = md("rope.dimension_count")?.to_u32()? as usize;
             (false, rotary_tables(rope_dim, freq_base, LLAMA_ROPE_ROWS, factor, device)?)
+        } else if qwen3 {
+            let context = md("context_length")?.to_u32()? as usize;
+            (true, qwen3_rotary_tables(ct, head_dim, freq_base as f64, context, factor, device)?)
         } else {
             let context = md("context_length")?.to_u32()? as usize;
             (true, rotary_tables(head_dim, freq_base, context, factor, device)?)
@@ -337,9 +366,16 @@ impl Stack {
                 Ok(Norm::Gguf(RmsNorm::from_qtensor(t, eps)?))
             };
             let (attn_norm, ffn_norm) = (n("attn_norm")?, n("ffn_norm")?);
-            layers.push(Layer { wq, wk, wv, wo, bias, attn_norm, ffn_norm, qk_norm: None, gate, up, down });
+            let qk_norm = if qwen3 { Some((n("attn_q_norm")?, n("attn_k_norm")?)) } else { None };
+            layers.push(Layer { wq, wk, wv, wo, bias, attn_norm, ffn_norm, qk_norm, gate, up, down });
         }
-        let (act, flavor, cpu_flash) = (Activation::Silu, Flavor::Gguf, false);
+        // quantized_qwen3: an additive f32 mask, the last row after the
+        // final norm, and on the CPU candle_nn's flash attention.
+        let (act, flavor, cpu_flash) = if qwen3 {
+            (Activation::Silu, Flavor::Hf { window: None, dtype: DType::F32, norm_first: true }, device.is_cpu())
+        } else {
+            (Activation::Silu, Flavor::Gguf, false)
+        };
         Ok(Some(Stack {
             embed,
             layers,

@@ -9,9 +9,11 @@
 //! - [`engine`]: the engine and weights-policy choices.
 //! - [`gguf`]: reading GGUF headers and their facts; the tokenizer of a file.
 //! - [`candle`]: the candle engine (candle-transformers' quantized models, CPU or CUDA).
-//! - [`candle_stack`]: the candle engine's llama and qwen2 with a cache per
+//! - [`candle_stack`]: the candle engine's GGUF llama, qwen2 and qwen3 and
+//!   its llama, mistral, qwen2 and qwen3 checkpoints, with a cache per
 //!   sequence, several sequences decoded in one pass.
-//! - [`safetensors`]: the safetensors engine (candle-transformers' full-precision models).
+//! - [`safetensors`]: the safetensors engine (checkpoints: config checks,
+//!   the stack or candle-transformers' full-precision models).
 //! - [`checkpoint`]: a safetensors checkpoint's files (folder, hub cache, download, checks).
 //! - [`native`]: the native CPU engine for GGUF llama/qwen2/qwen3 models (own kernels).
 //! - [`info`]: [`ModelInfo`], what results files record about a model.

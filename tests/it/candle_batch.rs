@@ -1,15 +1,15 @@
-//! The candle engine's llama and qwen2 with a cache per sequence
+//! The candle engine's llama, qwen2 and qwen3 with a cache per sequence
 //! (`themisto::model::candle_stack`) on tiny random models: one sequence
 //! gets candle-transformers' logits bit for bit, and sequences decoded
 //! together in one pass get, on the CPU with quantized weights, the bits of
 //! each decoded alone.
 
 use crate::common;
-use crate::native_tiny::{resolved, write_model};
+use crate::native_tiny::{resolved, write_model, write_model_with};
 
 use candle_core::quantized::{gguf_file, GgmlDType};
 use candle_core::{Device, Tensor};
-use candle_transformers::models::{quantized_llama, quantized_qwen2};
+use candle_transformers::models::{quantized_llama, quantized_qwen2, quantized_qwen3};
 use themisto::model::engine::{Engine, WeightsPolicy};
 use themisto::model::{load, Feed, LanguageModel, LoadOptions, LoadedModel, Logits};
 
@@ -22,6 +22,7 @@ fn candle(path: &std::path::Path, weights: WeightsPolicy) -> LoadedModel {
 enum Reference {
     Llama(quantized_llama::ModelWeights),
     Qwen2(quantized_qwen2::ModelWeights),
+    Qwen3(quantized_qwen3::ModelWeights),
 }
 
 impl Reference {
@@ -30,6 +31,7 @@ impl Reference {
         let ct = gguf_file::Content::read(&mut f).unwrap();
         match arch {
             "llama" => Reference::Llama(quantized_llama::ModelWeights::from_gguf(ct, &mut f, &Device::Cpu).unwrap()),
+            "qwen3" => Reference::Qwen3(quantized_qwen3::ModelWeights::from_gguf(ct, &mut f, &Device::Cpu).unwrap()),
             _ => Reference::Qwen2(quantized_qwen2::ModelWeights::from_gguf(ct, &mut f, &Device::Cpu).unwrap()),
         }
     }
@@ -39,6 +41,13 @@ impl Reference {
         let y = match self {
             Reference::Llama(m) => m.forward(&x, pos),
             Reference::Qwen2(m) => m.forward(&x, pos),
+            Reference::Qwen3(m) => {
+                // Its caches do not start anew at position 0.
+                if pos == 0 {
+                    m.clear_kv_cache();
+                }
+                m.forward(&x, pos)
+            }
         };
         y.unwrap().squeeze(0).unwrap().to_vec1().unwrap()
     }
@@ -49,31 +58,42 @@ fn tokens(n: usize, seed: u32, vocab: u32) -> Vec<u32> {
 }
 
 /// A prompt, decoding steps, and a prompt that shares part of the first:
-/// the engine's logits are candle-transformers', bit for bit, for both
-/// architectures and quantized and float weights.
+/// the engine's logits are candle-transformers', bit for bit, for the three
+/// architectures and quantized and float weights (qwen3 with its rotary
+/// tables in f32 and in f16).
 #[test]
 fn one_sequence_gets_candle_transformers_bits() {
-    for arch in ["llama", "qwen2"] {
+    for arch in ["llama", "qwen2", "qwen3"] {
         for wt in [GgmlDType::Q4_0, GgmlDType::Q8_0, GgmlDType::F32] {
             let dir = common::tempdir();
             let path = dir.path().join(format!("tiny-{arch}.gguf"));
             write_model(&path, arch, wt);
-            let mut m = candle(&path, WeightsPolicy::Auto);
-            assert_eq!(m.info.engine, "candle");
-            assert!(m.model.max_slots() > 1, "{arch}: the stack holds several sequences");
-            let mut r = Reference::open(&path, arch);
-            let vocab = m.model.vocab_rows() as u32;
-            let prompt = tokens(40, 1, vocab);
-            assert_eq!(m.model.forward(&prompt).unwrap(), r.forward(&prompt, 0), "{arch} {wt:?} prompt");
-            for (i, t) in [5u32, 9, 2, 77].into_iter().enumerate() {
-                assert_eq!(m.model.forward(&[t]).unwrap(), r.forward(&[t], 40 + i), "{arch} {wt:?} step {i}");
-            }
-            // A new prompt from scratch (the reference is fed from 0 too).
-            m.model.truncate(0).unwrap();
-            let second = tokens(25, 2, vocab);
-            assert_eq!(m.model.forward(&second).unwrap(), r.forward(&second, 0), "{arch} {wt:?} second prompt");
+            compare_one_sequence(&path, arch, wt);
         }
     }
+    // qwen3's rotary tables in f16, its default compute dtype.
+    let dir = common::tempdir();
+    let path = dir.path().join("tiny-qwen3-f16.gguf");
+    write_model_with(&path, "qwen3", GgmlDType::Q8_0, &[("general.dtype".into(), gguf_file::Value::U32(1))]);
+    compare_one_sequence(&path, "qwen3", GgmlDType::Q8_0);
+}
+
+/// The engine's logits against candle-transformers' on the file at `path`.
+fn compare_one_sequence(path: &std::path::Path, arch: &str, wt: GgmlDType) {
+    let mut m = candle(path, WeightsPolicy::Auto);
+    assert_eq!(m.info.engine, "candle");
+    assert!(m.model.max_slots() > 1, "{arch}: the stack holds several sequences");
+    let mut r = Reference::open(path, arch);
+    let vocab = m.model.vocab_rows() as u32;
+    let prompt = tokens(40, 1, vocab);
+    assert_eq!(m.model.forward(&prompt).unwrap(), r.forward(&prompt, 0), "{arch} {wt:?} prompt");
+    for (i, t) in [5u32, 9, 2, 77].into_iter().enumerate() {
+        assert_eq!(m.model.forward(&[t]).unwrap(), r.forward(&[t], 40 + i), "{arch} {wt:?} step {i}");
+    }
+    // A new prompt from scratch (the reference is fed from 0 too).
+    m.model.truncate(0).unwrap();
+    let second = tokens(25, 2, vocab);
+    assert_eq!(m.model.forward(&second).unwrap(), r.forward(&second, 0), "{arch} {wt:?} second prompt");
 }
 
 /// Three sequences with different prompts decode together, pass after pass
@@ -83,7 +103,7 @@ fn one_sequence_gets_candle_transformers_bits() {
 /// promise it.
 #[test]
 fn sequences_decoded_together_get_the_bits_of_each_alone() {
-    for arch in ["llama", "qwen2"] {
+    for arch in ["llama", "qwen2", "qwen3"] {
         let dir = common::tempdir();
         let path = dir.path().join(format!("tiny-{arch}.gguf"));
         write_model(&path, arch, GgmlDType::Q4_0);

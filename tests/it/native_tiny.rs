@@ -194,12 +194,11 @@ fn quantized_weights_match_candle_within_activation_rounding() {
 /// positions by the factor. A factor of 1 gives the unscaled bits; a factor
 /// of 4 changes the logits, and the two engines (independent rotary code)
 /// still agree as closely as unscaled; the older `rope.scale_linear` key
-/// means the same. Kinds no engine computes (yarn) are refused by both,
-/// and so is scaling on candle-transformers' qwen3, which would ignore it.
+/// means the same. Kinds no engine computes (yarn) are refused by both.
 #[test]
 fn linear_rope_scaling_runs_on_both_engines_and_other_kinds_are_refused() {
     let dir = common::tempdir();
-    for arch in ["llama", "qwen2"] {
+    for arch in ["llama", "qwen2", "qwen3"] {
         let write = |name: &str, extra: &[(&str, Value)]| {
             let path = dir.path().join(format!("{arch}-{name}.gguf"));
             let extra: Vec<(String, Value)> = extra.iter().map(|(k, v)| (format!("{arch}.{k}"), v.clone())).collect();
@@ -239,15 +238,6 @@ fn linear_rope_scaling_runs_on_both_engines_and_other_kinds_are_refused() {
             assert!(err.to_string().contains("rope scaling"), "{arch} {engine:?}: {err}");
         }
     }
-    let path = dir.path().join("qwen3-linear.gguf");
-    let extra = [
-        ("qwen3.rope.scaling.type".to_string(), Value::String("linear".into())),
-        ("qwen3.rope.scaling.factor".to_string(), Value::F32(2.0)),
-    ];
-    write_model_with(&path, "qwen3", GgmlDType::F32, &extra);
-    let opts = LoadOptions { engine: Engine::Candle, ..Default::default() };
-    let err = load_model(&resolved(&path), &Device::Cpu, &opts).err().expect("candle's qwen3 with rope scaling");
-    assert!(err.to_string().contains("rope scaling"), "{err}");
 }
 
 #[test]
