@@ -94,20 +94,20 @@ impl Norm {
     }
 }
 
-/// Where a stack's weights came from, which decides the operations in which
-/// candle-transformers' GGUF models and its safetensors `mistral` and
-/// `qwen2` differ.
+/// How the candle-transformers model a stack follows masks its scores and
+/// takes its last row: the operations in which its GGUF llama and qwen2
+/// differ from its safetensors models and its GGUF qwen3.
 #[derive(Clone, Copy)]
 enum Flavor {
     /// `quantized_llama` / `quantized_qwen2`: a `u8` causal mask whose
     /// masked scores are replaced by −∞; the last row taken after the final
     /// norm, as `(1, hidden)`.
-    Gguf,
-    /// `mistral` / `qwen2`: an additive mask (0 or −∞, in `dtype`) that also
-    /// hides keys more than `window` before a query within the fed tokens;
-    /// the last row narrowed to `(1, 1, hidden)` before the final norm
-    /// (mistral) or after it (`norm_first`, qwen2).
-    Hf { window: Option<usize>, dtype: DType, norm_first: bool },
+    Selected,
+    /// `mistral`, `qwen2`, `qwen3` and `quantized_qwen3`: an additive mask
+    /// (0 or −∞, in `dtype`) that also hides keys more than `window` before
+    /// a query within the fed tokens; the last row narrowed to `(1, 1,
+    /// hidden)` before the final norm (mistral) or after it (`norm_first`).
+    Additive { window: Option<usize>, dtype: DType, norm_first: bool },
 }
 
 /// One layer's weights.
@@ -226,9 +226,9 @@ impl StackConfig {
 
 /// A pass's attention mask over its fed tokens (none for one token).
 enum Mask {
-    /// `u8`, 1 where the score is replaced by −∞ ([`Flavor::Gguf`]).
+    /// `u8`, 1 where the score is replaced by −∞ ([`Flavor::Selected`]).
     Select(Tensor),
-    /// Added to the scores ([`Flavor::Hf`]).
+    /// Added to the scores ([`Flavor::Additive`]).
     Add(Tensor),
 }
 
@@ -372,9 +372,9 @@ impl Stack {
         // quantized_qwen3: an additive f32 mask, the last row after the
         // final norm, and on the CPU candle_nn's flash attention.
         let (act, flavor, cpu_flash) = if qwen3 {
-            (Activation::Silu, Flavor::Hf { window: None, dtype: DType::F32, norm_first: true }, device.is_cpu())
+            (Activation::Silu, Flavor::Additive { window: None, dtype: DType::F32, norm_first: true }, device.is_cpu())
         } else {
-            (Activation::Silu, Flavor::Gguf, false)
+            (Activation::Silu, Flavor::Selected, false)
         };
         Ok(Some(Stack {
             embed,
@@ -485,7 +485,7 @@ impl Stack {
         let neg_inf = Tensor::new(f32::NEG_INFINITY, &device)?;
         let act = d.act;
         let norm_first = !matches!(config, StackConfig::Mistral(_));
-        let flavor = Flavor::Hf { window: d.window, dtype, norm_first };
+        let flavor = Flavor::Additive { window: d.window, dtype, norm_first };
         let cpu_flash = matches!(config, StackConfig::Qwen3(_)) && device.is_cpu();
         Ok(Stack {
             embed,
@@ -510,7 +510,7 @@ impl Stack {
         if seq_len == 1 {
             return Ok(None);
         }
-        let Flavor::Hf { window, dtype, .. } = self.flavor else {
+        let Flavor::Additive { window, dtype, .. } = self.flavor else {
             return Ok(Some(Mask::Select(build_causal_mask(seq_len, pos, device)?)));
         };
         // `mistral::Model::prepare_decoder_attention_mask` (qwen2's is the
@@ -663,11 +663,11 @@ impl Stack {
             h = (m + &x)?;
         }
         match self.flavor {
-            Flavor::Gguf => self.output.forward(&self.norm.forward(&h)?.i((.., seq_len - 1, ..))?),
-            Flavor::Hf { norm_first: false, .. } => {
+            Flavor::Selected => self.output.forward(&self.norm.forward(&h)?.i((.., seq_len - 1, ..))?),
+            Flavor::Additive { norm_first: false, .. } => {
                 self.output.forward(&self.norm.forward(&h.narrow(1, seq_len - 1, 1)?)?)?.squeeze(1)
             }
-            Flavor::Hf { norm_first: true, .. } => {
+            Flavor::Additive { norm_first: true, .. } => {
                 self.output.forward(&self.norm.forward(&h)?.narrow(1, seq_len - 1, 1)?)?.squeeze(1)
             }
         }
@@ -703,10 +703,10 @@ impl Stack {
         }
         let x = self.norm.forward(&h)?;
         match self.flavor {
-            Flavor::Gguf => self.output.forward(&x.squeeze(0)?),
-            // A checkpoint's output layer takes `(1, rows, hidden)` as its
+            Flavor::Selected => self.output.forward(&x.squeeze(0)?),
+            // The output layer takes `(1, rows, hidden)` as the
             // one-sequence pass takes `(1, 1, hidden)`.
-            Flavor::Hf { .. } => self.output.forward(&x)?.squeeze(0),
+            Flavor::Additive { .. } => self.output.forward(&x)?.squeeze(0),
         }
     }
 }
