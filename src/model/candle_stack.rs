@@ -237,44 +237,32 @@ enum Mask {
 /// (never written in place, so a clone keeps what it holds).
 pub(crate) type Caches = Vec<Option<(Tensor, Tensor)>>;
 
-/// The rotary tables `quantized_llama` and `quantized_qwen2` compute: the
-/// angles of positions `0..rows` for `dim` dimensions.
-fn rotary_tables(
-    dim: usize,
-    freq_base: f32,
-    rows: usize,
-    factor: f64,
-    device: &Device,
-) -> candle_core::Result<(Tensor, Tensor)> {
-    let theta: Vec<f32> = (0..dim).step_by(2).map(|i| 1f32 / freq_base.powf(i as f32 / dim as f32)).collect();
-    let theta = Tensor::new(theta.as_slice(), device)?;
-    let angles = positions(rows, factor, DType::F32, device)?
-        .reshape((rows, 1))?
-        .matmul(&theta.reshape((1, theta.elem_count()))?)?;
-    Ok((angles.cos()?, angles.sin()?))
+/// The inverse frequencies of `dim` rotary dimensions, `1 / base^(i/dim)`
+/// for even `i`: in f32 (`quantized_llama`, `quantized_qwen2`, `mistral`)
+/// or from f64 powers (`qwen2`, `qwen3`, `quantized_qwen3`).
+fn inv_freq(dim: usize, base: f64, f64_powers: bool) -> Vec<f32> {
+    let (b, d) = (base as f32, dim as f32);
+    (0..dim)
+        .step_by(2)
+        .map(|i| if f64_powers { 1f32 / base.powf(i as f64 / dim as f64) as f32 } else { 1f32 / b.powf(i as f32 / d) })
+        .collect()
 }
 
-/// The rotary tables `quantized_qwen3` computes: frequencies from f64
-/// powers, angles in the file's compute dtype (`general.dtype`: 0 for f32,
-/// else f16), kept as f32 (it converts them to the queries' dtype, f32,
-/// when it applies them).
-fn qwen3_rotary_tables(
-    ct: &gguf_file::Content,
-    dim: usize,
-    freq_base: f64,
+/// Rotary tables (cos, sin) of positions `0..rows` (divided by `factor`,
+/// see [`positions`]): the angles `positions × inv` computed in `compute`,
+/// kept in `keep`, as each candle-transformers model computes its own.
+fn rotary_tables(
+    inv: Vec<f32>,
     rows: usize,
     factor: f64,
+    compute: DType,
+    keep: DType,
     device: &Device,
 ) -> candle_core::Result<(Tensor, Tensor)> {
-    let dtype = match ct.metadata.get("general.dtype").map(|v| v.to_u32()) {
-        Some(Ok(0)) => DType::F32,
-        _ => DType::F16,
-    };
-    let inv: Vec<f32> = (0..dim).step_by(2).map(|i| 1f32 / freq_base.powf(i as f64 / dim as f64) as f32).collect();
     let n = inv.len();
-    let inv = Tensor::from_vec(inv, (1, n), device)?.to_dtype(dtype)?;
-    let freqs = positions(rows, factor, dtype, device)?.reshape((rows, 1))?.matmul(&inv)?;
-    Ok((freqs.cos()?.to_dtype(DType::F32)?, freqs.sin()?.to_dtype(DType::F32)?))
+    let inv = Tensor::from_vec(inv, (1, n), device)?.to_dtype(compute)?;
+    let angles = positions(rows, factor, compute, device)?.reshape((rows, 1))?.matmul(&inv)?;
+    Ok((angles.cos()?.to_dtype(keep)?, angles.sin()?.to_dtype(keep)?))
 }
 
 /// Positions `0..rows` in `dtype`, divided by `factor` (linear rope
@@ -326,17 +314,24 @@ impl Stack {
         let freq_base = md("rope.freq_base").and_then(|m| m.to_f32()).unwrap_or(10000f32);
         let qwen3 = arch == Arch::Qwen3;
         let head_dim = if qwen3 { md("attention.key_length")?.to_u32()? as usize } else { hidden / heads };
+        let (f32s, base) = (DType::F32, freq_base as f64);
         let (neox, (cos, sin)) = if arch == Arch::Llama {
             // quantized_llama: interleaved pairs for a file that says llama,
             // tables of `rope.dimension_count` dimensions and 4,096 rows.
             let rope_dim = md("rope.dimension_count")?.to_u32()? as usize;
-            (false, rotary_tables(rope_dim, freq_base, LLAMA_ROPE_ROWS, factor, device)?)
+            (false, rotary_tables(inv_freq(rope_dim, base, false), LLAMA_ROPE_ROWS, factor, f32s, f32s, device)?)
         } else if qwen3 {
+            // quantized_qwen3: angles in the file's compute dtype
+            // (`general.dtype`: 0 for f32, else f16), applied as f32.
+            let compute = match ct.metadata.get("general.dtype").map(|v| v.to_u32()) {
+                Some(Ok(0)) => DType::F32,
+                _ => DType::F16,
+            };
             let context = md("context_length")?.to_u32()? as usize;
-            (true, qwen3_rotary_tables(ct, head_dim, freq_base as f64, context, factor, device)?)
+            (true, rotary_tables(inv_freq(head_dim, base, true), context, factor, compute, f32s, device)?)
         } else {
             let context = md("context_length")?.to_u32()? as usize;
-            (true, rotary_tables(head_dim, freq_base, context, factor, device)?)
+            (true, rotary_tables(inv_freq(head_dim, base, false), context, factor, f32s, f32s, device)?)
         };
         let neg_inf = Tensor::new(f32::NEG_INFINITY, device)?;
         let embed_q = ct.tensor(reader, "token_embd.weight", device)?;
@@ -410,32 +405,20 @@ impl Stack {
         // f64 powers, the angles computed in the dtype.
         let d = config.dims();
         let (hidden, heads, kv_heads, head_dim) = (d.hidden, d.heads, d.kv_heads, d.head_dim);
-        // The rotary tables: mistral's angles in f32, then rounded to the
-        // dtype; qwen2's frequencies from f64 powers, its angles computed in
-        // the dtype.
-        let (inv, in_dtype): (Vec<f32>, DType) = match config {
-            StackConfig::Mistral(c) => {
-                let theta = c.rope_theta as f32;
-                ((0..head_dim).step_by(2).map(|i| 1f32 / theta.powf(i as f32 / head_dim as f32)).collect(), DType::F32)
-            }
-            StackConfig::Qwen2(c) => {
-                let inv = (0..head_dim).step_by(2).map(|i| 1f32 / c.rope_theta.powf(i as f64 / head_dim as f64) as f32);
-                (inv.collect(), dtype)
-            }
-            // qwen3: qwen2's frequencies, mistral's f32 angles.
+        // The rotary tables, kept in the dtype: mistral's angles in f32 from
+        // f32 frequencies; qwen2's from f64 powers, computed in the dtype;
+        // qwen3's from f64 powers, in f32.
+        let (inv, compute) = match config {
+            StackConfig::Mistral(c) => (inv_freq(head_dim, c.rope_theta, false), DType::F32),
+            StackConfig::Qwen2(c) => (inv_freq(head_dim, c.rope_theta, true), dtype),
             StackConfig::Qwen3(c) => {
                 if c.use_sliding_window {
                     candle_core::bail!("sliding window is not supported");
                 }
-                let inv = (0..head_dim).step_by(2).map(|i| 1f32 / c.rope_theta.powf(i as f64 / head_dim as f64) as f32);
-                (inv.collect(), DType::F32)
+                (inv_freq(head_dim, c.rope_theta, true), DType::F32)
             }
         };
-        let (n, rows) = (inv.len(), d.positions);
-        let inv = Tensor::from_vec(inv, (1, n), &device)?.to_dtype(in_dtype)?;
-        let t = positions(rows, rope_factor, in_dtype, &device)?.reshape((rows, 1))?;
-        let freqs = t.matmul(&inv)?;
-        let (cos, sin) = (freqs.cos()?.to_dtype(dtype)?, freqs.sin()?.to_dtype(dtype)?);
+        let (cos, sin) = rotary_tables(inv, d.positions, rope_factor, compute, dtype, &device)?;
         let vm = vb.pp("model");
         let embed = candle_nn::embedding(d.vocab, hidden, vm.pp("embed_tokens"))?;
         let (inter, eps, bias) = (d.inter, d.eps, d.qkv_bias);
