@@ -2,9 +2,10 @@
 //! with experts) through candle-transformers' quantized implementations,
 //! llama, qwen2 and qwen3 through [`super::candle_stack`] (the same
 //! operations, a cache per sequence, several sequences decoded in one
-//! pass, as for llama, mistral, qwen2 and qwen3 checkpoints); and the cache bookkeeping ([`CandleModel`])
-//! shared with the safetensors engine ([`super::safetensors`]), whose
-//! candle models keep their caches the same way.
+//! pass, as for llama, mistral, qwen2 and qwen3 checkpoints); and the
+//! cache bookkeeping ([`CandleModel`]) shared with the safetensors engine
+//! ([`super::safetensors`]), whose candle models keep their caches the
+//! same way.
 //!
 //! candle's models keep their own KV cache and can only empty it. What they
 //! allow instead is a copy: their caches grow by concatenation, so a clone of
@@ -148,7 +149,7 @@ pub(crate) fn build_weights(
                 std::env::remove_var(v);
             }
         }
-        // llama and qwen2 as a stack (sequences decoded together); the
+        // llama, qwen2 and qwen3 as a stack (sequences decoded together); the
         // others, and llama with experts, as candle-transformers' models.
         let w = match arch {
             Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => match Stack::from_gguf(arch, &ct, &mut file, &device)? {

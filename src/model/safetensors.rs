@@ -157,7 +157,7 @@ fn adapt_config(arch: HfArch, config: &mut Json, path: &Path) -> Result<(), Mode
         return Err(config_error(path, "not a JSON object"));
     };
     let present = |obj: &serde_json::Map<String, Json>, k: &str| obj.get(k).is_some_and(|v| !v.is_null());
-    if matches!(arch, HfArch::Llama | HfArch::Mistral | HfArch::Qwen2) {
+    if matches!(arch, HfArch::Llama | HfArch::Mistral | HfArch::Qwen2 | HfArch::Qwen3) {
         linear_rope_factor(obj).map_err(|e| config_error(path, format!("{e} for {} checkpoints", arch.as_str())))?;
     }
     if matches!(arch, HfArch::Llama | HfArch::Mistral) {

@@ -378,8 +378,9 @@ fn bad_checkpoints_are_clean_errors() {
     std::fs::write(&shard, &saved).unwrap();
 
     // Linear rope scaling runs (a factor of 1: the unscaled bits; 4: other
-    // logits); kinds the engine does not compute are refused, for qwen2 too.
-    for arch in ["llama", "qwen2"] {
+    // logits); kinds the engine does not compute are refused, for qwen2 and
+    // qwen3 too.
+    for arch in ["llama", "qwen2", "qwen3"] {
         let adir = tmp.path().join(format!("scaled-{arch}"));
         write_checkpoint(&adir, arch, false, 3);
         let aconfig = adir.join("config.json");
