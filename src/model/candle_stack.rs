@@ -56,43 +56,36 @@ use std::sync::Arc;
 /// Rows of llama's rotary tables (candle-transformers' `MAX_SEQ_LEN`).
 const LLAMA_ROPE_ROWS: usize = 4096;
 
-/// A weight product: GGUF files' (quantized, or dequantized by candle's
-/// switches) or a safetensors checkpoint's float weights.
-enum Proj {
-    Gguf(QMatMul),
-    /// With its bias where the checkpoint has one (qwen2's q, k and v).
-    Float(candle_nn::Linear),
+/// A part of the network as a GGUF file holds it or as a safetensors
+/// checkpoint does: the same operation either way.
+enum Part<G, F> {
+    Gguf(G),
+    Float(F),
 }
+
+impl<G: Module, F: Module> Part<G, F> {
+    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        match self {
+            Part::Gguf(g) => g.forward(x),
+            Part::Float(f) => f.forward(x),
+        }
+    }
+}
+
+/// A weight product: a GGUF file's (quantized, or dequantized by candle's
+/// switches) or a checkpoint's float weights, with its bias where the
+/// checkpoint has one (qwen2's q, k and v).
+type Proj = Part<QMatMul, candle_nn::Linear>;
 
 impl Proj {
-    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        match self {
-            Proj::Gguf(m) => m.forward(x),
-            Proj::Float(l) => l.forward(x),
-        }
-    }
-
     /// Whether candle's quantized kernels compute it.
     fn quantized(&self) -> bool {
-        matches!(self, Proj::Gguf(QMatMul::QTensor(_)))
+        matches!(self, Part::Gguf(QMatMul::QTensor(_)))
     }
 }
 
-/// An RMS norm of a GGUF file or of a checkpoint (the same operation on
-/// contiguous rows).
-enum Norm {
-    Gguf(RmsNorm),
-    Float(candle_nn::RmsNorm),
-}
-
-impl Norm {
-    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        match self {
-            Norm::Gguf(n) => n.forward(x),
-            Norm::Float(n) => n.forward(x),
-        }
-    }
-}
+/// An RMS norm (the same operation on contiguous rows).
+type Norm = Part<RmsNorm, candle_nn::RmsNorm>;
 
 /// How the candle-transformers model a stack follows masks its scores and
 /// takes its last row: the operations in which its GGUF llama and qwen2
