@@ -481,9 +481,10 @@ impl Stack {
         })
     }
 
-    /// The mask of `seq_len` tokens fed at position `pos` (`None` for one).
+    /// The mask of `seq_len` tokens fed at position `pos` (`None` for one,
+    /// and for the CPU flash attention, which is causal by itself).
     fn mask(&self, seq_len: usize, pos: usize, device: &Device) -> candle_core::Result<Option<Mask>> {
-        if seq_len == 1 {
+        if seq_len == 1 || self.cpu_flash {
             return Ok(None);
         }
         let Flavor::Additive { window, dtype, .. } = self.flavor else {
