@@ -18,7 +18,11 @@
 # THEMISTO_NATIVE_KERNELS=avx2-sums, what an AVX2-only CPU runs by default (set
 # THEMISTO_NATIVE_KERNELS=avx2 for the AVX2 products without the block sums), so that the
 # AVX2 kernels of both can be compared on an AVX-512 machine; the compiler still has the
-# AVX-512 registers there unless RUSTFLAGS="-C target-cpu=znver3" built THEMISTO), RUN (the arguments of a whole `themisto run`, e.g. "--limit 5" or
+# AVX-512 registers there unless RUSTFLAGS="-C target-cpu=x86-64-v3" built THEMISTO;
+# avx2-vnni: the same with AVX-VNNI, as a CPU with AVX2 and AVX-VNNI but no AVX-512 (Intel's
+# Alder Lake and later client cores) runs them: llama.cpp built with GGML_AVX_VNNI into
+# build-avx2-vnni, themisto with THEMISTO_NATIVE_KERNELS=avx2-vnni; the CPU must list
+# avx_vnni), RUN (the arguments of a whole `themisto run`, e.g. "--limit 5" or
 # "--protocol themisto"; default: none).
 #
 # With RUN set, a whole run of the first MODEL follows the table, measured in one go as
@@ -42,7 +46,10 @@ ISA=${ISA:-native}
 case $ISA in
   native) BUILD=$WORK/build ;;
   avx2) BUILD=$WORK/build-avx2; export THEMISTO_NATIVE_KERNELS=${THEMISTO_NATIVE_KERNELS:-avx2-sums} ;;
-  *) echo "ISA must be native or avx2, not $ISA" >&2; exit 2 ;;
+  avx2-vnni)
+    grep -qw avx_vnni /proc/cpuinfo || { echo "ISA=avx2-vnni: this CPU does not list avx_vnni" >&2; exit 2; }
+    BUILD=$WORK/build-avx2-vnni; export THEMISTO_NATIVE_KERNELS=${THEMISTO_NATIVE_KERNELS:-avx2-vnni} ;;
+  *) echo "ISA must be native, avx2 or avx2-vnni, not $ISA" >&2; exit 2 ;;
 esac
 MODELS=("$@")
 [ ${#MODELS[@]} -gt 0 ] || MODELS=(smollm2-135m-instruct qwen2.5-coder-0.5b-instruct qwen2.5-coder-1.5b-instruct)
@@ -58,7 +65,7 @@ cpu_options() {
   flags=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
   for pair in sse4_2:SSE42 avx:AVX avx2:AVX2 fma:FMA f16c:F16C bmi2:BMI2 avx_vnni:AVX_VNNI avx512f:AVX512 \
     avx512vbmi:AVX512_VBMI avx512_vnni:AVX512_VNNI avx512_bf16:AVX512_BF16; do
-    if [ "$ISA" = avx2 ] && [[ ${pair%%:*} == avx512* || ${pair%%:*} == avx_vnni ]]; then
+    if [ "$ISA" != native ] && [[ ${pair%%:*} == avx512* || ( $ISA = avx2 && ${pair%%:*} == avx_vnni ) ]]; then
       opts+=("-DGGML_${pair#*:}=OFF")
     elif [[ $flags == *" ${pair%%:*} "* ]]; then opts+=("-DGGML_${pair#*:}=ON"); else opts+=("-DGGML_${pair#*:}=OFF"); fi
   done

@@ -33,8 +33,16 @@
 //! of a token's quants; its block loop is written in assembly. The same
 //! bits again.
 //!
+//! **AVX-VNNI** (CPUs with AVX2 and the 256-bit VNNI instructions but no
+//! AVX-512, such as Intel's Alder Lake and later client cores):
+//! [`dot_avx2_vnni`] and [`dot_vnni_unpacked`] sum each block with
+//! `vpdpbusd` on 256-bit vectors instead of `vpmaddubsw`, 16-bit additions
+//! and `vpmaddwd`: the same exact integer sums, the same float steps, the
+//! same bits.
+//!
 //! Every function here but [`pack_portable`], [`dot_avx2`],
-//! [`unpack_avx2`], [`dot_avx2_unpacked`] and [`reference()`] requires
+//! [`dot_avx2_vnni`], [`unpack_avx2`], [`dot_avx2_unpacked`],
+//! [`dot_vnni_unpacked`] and [`reference()`] requires
 //! [`super::dot_avx512::available`].
 
 #[cfg(target_arch = "x86_64")]
@@ -346,22 +354,61 @@ pub unsafe fn dot_avx2(
     out: *mut f32,
     stride: usize,
 ) {
+    dot_avx2_with::<false>(t, tile, rows, a, ts, out, stride)
+}
+
+/// [`dot_avx2`] with AVX-VNNI: per half, token and block, the eight
+/// `vpmaddubsw`, seven 16-bit additions and `vpmaddwd` become eight
+/// 256-bit `vpdpbusd` (VEX-encoded, two chains added at the end), which
+/// give the same exact integer sums `C`; the float steps are the same, so
+/// are the bits.
+///
+/// # Safety
+/// As [`dot_avx2`], and the CPU must have AVX-VNNI
+/// ([`super::dot_avx2::vnni_available`]).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+pub unsafe fn dot_avx2_vnni(
+    t: QType,
+    tile: &[u8],
+    rows: usize,
+    a: &QActs,
+    ts: std::ops::Range<usize>,
+    out: *mut f32,
+    stride: usize,
+) {
+    dot_avx2_with::<true>(t, tile, rows, a, ts, out, stride)
+}
+
+/// [`dot_avx2`] (`VNNI` false) or [`dot_avx2_vnni`].
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn dot_avx2_with<const VNNI: bool>(
+    t: QType,
+    tile: &[u8],
+    rows: usize,
+    a: &QActs,
+    ts: std::ops::Range<usize>,
+    out: *mut f32,
+    stride: usize,
+) {
     let row = checked_rows(t, tile, rows, a, &ts);
     let mut i = ts.start;
     while i < ts.end {
         let o = out.add((i - ts.start) * stride);
         i += match ts.end - i {
-            n if n >= 4 => group_avx2::<4>(t, tile, rows, row(i), o, stride),
-            n if n >= 2 => group_avx2::<2>(t, tile, rows, row(i), o, stride),
-            _ => group_avx2::<1>(t, tile, rows, row(i), o, stride),
+            n if n >= 4 => group_avx2::<4, VNNI>(t, tile, rows, row(i), o, stride),
+            n if n >= 2 => group_avx2::<2, VNNI>(t, tile, rows, row(i), o, stride),
+            _ => group_avx2::<1, VNNI>(t, tile, rows, row(i), o, stride),
         };
     }
 }
 
-/// [`dot_avx2`] for the `N` rows from `a`; returns `N`.
+/// [`dot_avx2`] for the `N` rows from `a` (with `VNNI`: as
+/// [`dot_avx2_vnni`]); returns `N`.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn group_avx2<const N: usize>(
+unsafe fn group_avx2<const N: usize, const VNNI: bool>(
     t: QType,
     tile: &[u8],
     rows: usize,
@@ -394,14 +441,25 @@ unsafe fn group_avx2<const N: usize>(
             for (i, acc) in acc.iter_mut().enumerate() {
                 let x = a.qs.add(i * a.cols + QK * b) as *const i32;
                 let bc = |k: usize| _mm256_set1_epi32(std::ptr::read_unaligned(x.add(k)));
-                // Two chains of 16-bit sums, exact (see above).
-                let mut s0 = _mm256_maddubs_epi16(q[0], bc(0));
-                let mut s1 = _mm256_maddubs_epi16(q[1], bc(1));
-                for k in (2..8).step_by(2) {
-                    s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(q[k], bc(k)));
-                    s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(q[k + 1], bc(k + 1)));
-                }
-                let c = _mm256_madd_epi16(_mm256_add_epi16(s0, s1), ones);
+                let c = if VNNI {
+                    // Two chains of 32-bit sums, exact.
+                    let mut c0 = _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), q[0], bc(0));
+                    let mut c1 = _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), q[1], bc(1));
+                    for k in (2..8).step_by(2) {
+                        c0 = _mm256_dpbusd_avx_epi32(c0, q[k], bc(k));
+                        c1 = _mm256_dpbusd_avx_epi32(c1, q[k + 1], bc(k + 1));
+                    }
+                    _mm256_add_epi32(c0, c1)
+                } else {
+                    // Two chains of 16-bit sums, exact (see above).
+                    let mut s0 = _mm256_maddubs_epi16(q[0], bc(0));
+                    let mut s1 = _mm256_maddubs_epi16(q[1], bc(1));
+                    for k in (2..8).step_by(2) {
+                        s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(q[k], bc(k)));
+                        s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(q[k + 1], bc(k + 1)));
+                    }
+                    _mm256_madd_epi16(_mm256_add_epi16(s0, s1), ones)
+                };
                 let da = _mm256_set1_ps(*a.d.add(i * nb + b));
                 *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c), _mm256_mul_ps(d, da), *acc);
             }
@@ -596,6 +654,215 @@ pub unsafe fn dot_avx2_unpacked(
 
 /// Tokens a chunk of [`dot_avx2_unpacked`].
 const CHUNK: usize = 8;
+
+/// [`dot_avx2_unpacked`]'s results, bit for bit, with AVX-VNNI, from the
+/// unpacked tile `u` and the activations' signed quants: per token and
+/// block, the token's 4 quants broadcast meet both halves of the 16 rows in
+/// 256-bit `vpdpbusd` (VEX-encoded; the weights' bytes unsigned from
+/// memory, the activations signed), whose 32-bit lanes sum each row's
+/// products exactly: `C` directly, with no offset and no `Σq_w` term. The
+/// float steps and the minimums' terms are [`dot_avx2_unpacked`]'s.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA, F16C and AVX-VNNI; `u` must be `tile`
+/// unpacked by [`unpack_avx2`]; `out` must have room for
+/// `(ts.len() − 1)·stride + rows` values.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn dot_vnni_unpacked(
+    t: QType,
+    tile: &[u8],
+    u: &Unpacked,
+    rows: usize,
+    a: &QActs,
+    ts: std::ops::Range<usize>,
+    out: *mut f32,
+    stride: usize,
+) {
+    let row = checked_rows(t, tile, rows, a, &ts);
+    assert!(u.blocks == tile.len() / PACKED_BLOCK, "unpacked tile");
+    // As in `dot_avx2_unpacked`: per chunk, the weighted sums two tokens
+    // at a time, then the minimums' terms.
+    let mut c = ts.start;
+    while c < ts.end {
+        let ce = (c + CHUNK).min(ts.end);
+        let mut i = c;
+        while i < ce {
+            let o = out.add((i - ts.start) * stride);
+            if ce - i >= 2 {
+                let acc = pair_vnni(u, row(i));
+                store_rows(acc[0], rows, o);
+                store_rows(acc[1], rows, o.add(stride));
+                i += 2;
+            } else {
+                store_rows(acc_vnni::<1>(u, row(i))[0], rows, o);
+                i += 1;
+            }
+        }
+        let mut i = c;
+        while i < ce {
+            let o = out.add((i - ts.start) * stride);
+            i += match ce - i {
+                n if n >= 4 => add_minimums::<4>(u, rows, row(i), o, stride),
+                n if n >= 2 => add_minimums::<2>(u, rows, row(i), o, stride),
+                _ => add_minimums::<1>(u, rows, row(i), o, stride),
+            };
+        }
+        c = ce;
+    }
+}
+
+/// One group of 4 values in [`pair_vnni`]'s block loop, as assembly text:
+/// the rows' bytes of the group (offsets `$lo` and `$hi` in the block),
+/// each token's 4 quants broadcast (offset `$q`), and the four `vpdpbusd`
+/// into chain `$c` (ymm0–3: the first token's rows 0–7 and 8–15, chains 0
+/// and 1; ymm4–7: the second token's).
+#[cfg(target_arch = "x86_64")]
+macro_rules! vnni_group4 {
+    ($lo:literal, $hi:literal, $q:literal, $l0:literal, $h0:literal, $l1:literal, $h1:literal) => {
+        concat!(
+            "vmovdqa ymm12, ymmword ptr [{p} + ",
+            $lo,
+            "]\n",
+            "vmovdqa ymm13, ymmword ptr [{p} + ",
+            $hi,
+            "]\n",
+            "vpbroadcastd ymm14, dword ptr [{q0} + ",
+            $q,
+            "]\n",
+            "vpbroadcastd ymm15, dword ptr [{q1} + ",
+            $q,
+            "]\n",
+            "{{vex}} vpdpbusd ymm",
+            $l0,
+            ", ymm12, ymm14\n",
+            "{{vex}} vpdpbusd ymm",
+            $h0,
+            ", ymm13, ymm14\n",
+            "{{vex}} vpdpbusd ymm",
+            $l1,
+            ", ymm12, ymm15\n",
+            "{{vex}} vpdpbusd ymm",
+            $h1,
+            ", ymm13, ymm15",
+        )
+    };
+}
+
+/// [`acc_vnni`] for two tokens, its block loop in assembly (compiled for
+/// CPUs without AVX-512, the intrinsics kept fewer values in registers
+/// than they could). Per block, the same operations on each lane as
+/// [`acc_vnni`]: two chains of `vpdpbusd` from zero over the groups of 4
+/// values (even and odd), their sum, the conversion, `d_w·d_a` and the
+/// multiply-add into the accumulator. Every instruction is VEX-encoded
+/// (AVX2, FMA, AVX-VNNI).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+unsafe fn pair_vnni(u: &Unpacked, a: Rows) -> [[__m256; 2]; 2] {
+    let nb = a.nb;
+    assert!(nb > 0 && u.blocks == nb, "unpacked tile");
+    let (a00, a01, a10, a11): (__m256, __m256, __m256, __m256);
+    // `p` walks the `nb` unpacked blocks, `q0` and `q1` the two tokens'
+    // `nb` blocks of 32 quants, `d0` and `d1` their `nb` scales; the loop
+    // only reads memory.
+    std::arch::asm!(
+        "vxorps ymm8, ymm8, ymm8",
+        "vxorps ymm9, ymm9, ymm9",
+        "vxorps ymm10, ymm10, ymm10",
+        "vxorps ymm11, ymm11, ymm11",
+        "2:",
+        "vpxor ymm0, ymm0, ymm0",
+        "vpxor ymm1, ymm1, ymm1",
+        "vpxor ymm2, ymm2, ymm2",
+        "vpxor ymm3, ymm3, ymm3",
+        "vpxor ymm4, ymm4, ymm4",
+        "vpxor ymm5, ymm5, ymm5",
+        "vpxor ymm6, ymm6, ymm6",
+        "vpxor ymm7, ymm7, ymm7",
+        vnni_group4!("0", "32", "0", "0", "1", "4", "5"),
+        vnni_group4!("64", "96", "4", "2", "3", "6", "7"),
+        vnni_group4!("128", "160", "8", "0", "1", "4", "5"),
+        vnni_group4!("192", "224", "12", "2", "3", "6", "7"),
+        vnni_group4!("256", "288", "16", "0", "1", "4", "5"),
+        vnni_group4!("320", "352", "20", "2", "3", "6", "7"),
+        vnni_group4!("384", "416", "24", "0", "1", "4", "5"),
+        vnni_group4!("448", "480", "28", "2", "3", "6", "7"),
+        "vpaddd ymm0, ymm0, ymm2",
+        "vpaddd ymm1, ymm1, ymm3",
+        "vpaddd ymm4, ymm4, ymm6",
+        "vpaddd ymm5, ymm5, ymm7",
+        "vcvtdq2ps ymm0, ymm0",
+        "vcvtdq2ps ymm1, ymm1",
+        "vcvtdq2ps ymm4, ymm4",
+        "vcvtdq2ps ymm5, ymm5",
+        "vbroadcastss ymm14, dword ptr [{d0}]",
+        "vbroadcastss ymm15, dword ptr [{d1}]",
+        "vmulps ymm12, ymm14, ymmword ptr [{p} + {scales}]",
+        "vmulps ymm13, ymm14, ymmword ptr [{p} + {scales} + 32]",
+        "vfmadd231ps ymm8, ymm0, ymm12",
+        "vfmadd231ps ymm9, ymm1, ymm13",
+        "vmulps ymm12, ymm15, ymmword ptr [{p} + {scales}]",
+        "vmulps ymm13, ymm15, ymmword ptr [{p} + {scales} + 32]",
+        "vfmadd231ps ymm10, ymm4, ymm12",
+        "vfmadd231ps ymm11, ymm5, ymm13",
+        "add {p}, {block}",
+        "add {q0}, 32",
+        "add {q1}, 32",
+        "add {d0}, 4",
+        "add {d1}, 4",
+        "dec {n}",
+        "jnz 2b",
+        p = inout(reg) u.bytes.as_ptr() => _,
+        q0 = inout(reg) a.qs => _,
+        q1 = inout(reg) a.qs.add(a.cols) => _,
+        d0 = inout(reg) a.d => _,
+        d1 = inout(reg) a.d.add(nb) => _,
+        n = inout(reg) nb => _,
+        scales = const SCALES,
+        block = const UNPACKED_BLOCK,
+        out("ymm0") _, out("ymm1") _, out("ymm2") _, out("ymm3") _,
+        out("ymm4") _, out("ymm5") _, out("ymm6") _, out("ymm7") _,
+        out("ymm8") a00, out("ymm9") a01, out("ymm10") a10, out("ymm11") a11,
+        out("ymm12") _, out("ymm13") _, out("ymm14") _, out("ymm15") _,
+        options(nostack, readonly),
+    );
+    [[a00, a01], [a10, a11]]
+}
+
+/// The weighted sums `Σ_b float(C)·(d_w·d_a)` of [`dot_vnni_unpacked`]
+/// for the `N` tokens from `a`: per token, rows 0–7 and 8–15.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn acc_vnni<const N: usize>(u: &Unpacked, a: Rows) -> [[__m256; 2]; N] {
+    let nb = a.nb;
+    let mut acc = [[_mm256_setzero_ps(); 2]; N];
+    for b in 0..nb {
+        let p = u.bytes.as_ptr().add(b * UNPACKED_BLOCK);
+        // Two chains per token and half (groups of 4 values even and odd),
+        // added at the end: integer sums, exact in any order.
+        let mut s = [[[_mm256_setzero_si256(); 2]; 2]; N];
+        for k in 0..8 {
+            let wl = _mm256_load_si256(p.add(64 * k) as *const __m256i);
+            let wh = _mm256_load_si256(p.add(64 * k + 32) as *const __m256i);
+            for (i, s) in s.iter_mut().enumerate() {
+                let x = a.qs.add(i * a.cols + QK * b + 4 * k) as *const i32;
+                let bc = _mm256_set1_epi32(std::ptr::read_unaligned(x));
+                s[k % 2][0] = _mm256_dpbusd_avx_epi32(s[k % 2][0], wl, bc);
+                s[k % 2][1] = _mm256_dpbusd_avx_epi32(s[k % 2][1], wh, bc);
+            }
+        }
+        for (i, acc) in acc.iter_mut().enumerate() {
+            let da = _mm256_set1_ps(*a.d.add(i * nb + b));
+            for h in 0..2 {
+                let c = _mm256_add_epi32(s[i][0][h], s[i][1][h]);
+                let d = _mm256_load_ps(p.add(SCALES + 32 * h) as *const f32);
+                acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c), _mm256_mul_ps(d, da), acc[h]);
+            }
+        }
+    }
+    acc
+}
 
 /// One group of 4 values in [`pair_unpacked`]'s block loop, as assembly
 /// text: the rows' bytes of the group (offsets `$lo` and `$hi` in the

@@ -17,9 +17,9 @@
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::{
-    __m128, _mm256_add_epi32, _mm256_castsi256_si128, _mm256_cvtepi8_epi16, _mm256_extracti128_si256,
-    _mm256_setzero_si256, _mm256_slli_epi32, _mm256_sub_epi32, _mm_cvtepi32_ps, _mm_cvtepu8_epi16, _mm_fmadd_ps,
-    _mm_hadd_epi16, _mm_loadl_epi64, _mm_madd_epi16, _mm_set1_ps, _mm_setzero_ps,
+    __m128, _mm256_add_epi32, _mm256_castsi256_si128, _mm256_cvtepi8_epi16, _mm256_dpbusd_avx_epi32,
+    _mm256_extracti128_si256, _mm256_setzero_si256, _mm256_slli_epi32, _mm256_sub_epi32, _mm_cvtepi32_ps,
+    _mm_cvtepu8_epi16, _mm_fmadd_ps, _mm_hadd_epi16, _mm_loadl_epi64, _mm_madd_epi16, _mm_set1_ps, _mm_setzero_ps,
 };
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::{
@@ -34,6 +34,20 @@ use std::arch::x86_64::{
 };
 
 use super::quant::{act_blocks, kact_blocks, weight_row_bytes, ActGroup, ActRow, KActRow, QType, GROUP, QK, QK_K};
+
+/// True when this CPU has AVX2, FMA, F16C and AVX-VNNI (the VEX-encoded
+/// `vpdpbusd` on 256-bit vectors), for [`super::bsum::dot_avx2_vnni`] and
+/// [`super::bsum::dot_vnni_unpacked`].
+pub fn vnni_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        available() && is_x86_feature_detected!("avxvnni")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
 
 /// True when this CPU has AVX2, FMA and F16C.
 pub fn available() -> bool {
@@ -54,25 +68,34 @@ pub fn available() -> bool {
 #[cfg(target_arch = "x86_64")]
 pub unsafe fn dot_q<const N: usize>(t: QType, w: &[u8], a: &[ActRow<'_>; N], out: &mut [f32; N]) {
     let mut o = [[0f32; N]];
-    dot_q_rows::<N>(t, w, a, &mut o);
+    dot_q_rows::<N>(t, w, a, &mut o, false);
     *out = o[0];
 }
 
-/// `out[r][t] = Σ w[r]·a[t]` for the `out.len()` consecutive weight rows in `w`.
+/// `out[r][t] = Σ w[r]·a[t]` for the `out.len()` consecutive weight rows in
+/// `w`. With `vnni` each block's integer sums of 4 products come from one
+/// 256-bit `vpdpbusd` instead of `vpmaddubsw` and `vpmaddwd`: the same
+/// exact sums (no pair sum reaches 2¹⁵), so the same bits.
 ///
 /// # Safety
-/// The CPU must have AVX2, FMA and F16C ([`available`]).
+/// The CPU must have AVX2, FMA and F16C ([`available`]), and AVX-VNNI for
+/// `vnni` ([`vnni_available`]).
 #[cfg(target_arch = "x86_64")]
-pub unsafe fn dot_q_rows<const N: usize>(t: QType, w: &[u8], a: &[ActRow<'_>; N], out: &mut [[f32; N]]) {
+pub unsafe fn dot_q_rows<const N: usize>(t: QType, w: &[u8], a: &[ActRow<'_>; N], out: &mut [[f32; N]], vnni: bool) {
     let rb = weight_row_bytes(t, w, act_blocks(a) * QK, out.len());
-    match t {
-        QType::Q4_0 => rows_b32::<T_Q4_0, N>(w, rb, a, out),
-        QType::Q4_1 => rows_b32::<T_Q4_1, N>(w, rb, a, out),
-        QType::Q5_0 => rows_b32::<T_Q5_0, N>(w, rb, a, out),
-        QType::Q5_1 => rows_b32::<T_Q5_1, N>(w, rb, a, out),
-        QType::Q8_0 => rows_q8_0::<N>(w, rb, a, out),
-        QType::Q4K | QType::Q5K | QType::Q6K => panic!("k-quant weights use dot_k_rows"),
-        QType::F32 | QType::F16 => panic!("float weights use dot_f"),
+    match (t, vnni) {
+        (QType::Q4_0, false) => rows_b32::<T_Q4_0, N>(w, rb, a, out),
+        (QType::Q4_1, false) => rows_b32::<T_Q4_1, N>(w, rb, a, out),
+        (QType::Q5_0, false) => rows_b32::<T_Q5_0, N>(w, rb, a, out),
+        (QType::Q5_1, false) => rows_b32::<T_Q5_1, N>(w, rb, a, out),
+        (QType::Q8_0, false) => rows_b32::<T_Q8_0, N>(w, rb, a, out),
+        (QType::Q4_0, true) => rows_b32_vnni::<T_Q4_0, N>(w, rb, a, out),
+        (QType::Q4_1, true) => rows_b32_vnni::<T_Q4_1, N>(w, rb, a, out),
+        (QType::Q5_0, true) => rows_b32_vnni::<T_Q5_0, N>(w, rb, a, out),
+        (QType::Q5_1, true) => rows_b32_vnni::<T_Q5_1, N>(w, rb, a, out),
+        (QType::Q8_0, true) => rows_b32_vnni::<T_Q8_0, N>(w, rb, a, out),
+        (QType::Q4K | QType::Q5K | QType::Q6K, _) => panic!("k-quant weights use dot_k_rows"),
+        (QType::F32 | QType::F16, _) => panic!("float weights use dot_f"),
     }
 }
 
@@ -80,15 +103,26 @@ pub unsafe fn dot_q_rows<const N: usize>(t: QType, w: &[u8], a: &[ActRow<'_>; N]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn rows_b32<const T: u8, const N: usize>(w: &[u8], rb: usize, a: &[ActRow<'_>; N], out: &mut [[f32; N]]) {
     for (r, o) in out.iter_mut().enumerate() {
-        b32::<T, N>(w.get_unchecked(r * rb..(r + 1) * rb), a, o);
+        let w = w.get_unchecked(r * rb..(r + 1) * rb);
+        if T == T_Q8_0 {
+            q8_0::<N, false>(w, a, o);
+        } else {
+            b32::<T, N, false>(w, a, o);
+        }
     }
 }
 
+/// [`rows_b32`] with AVX-VNNI.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn rows_q8_0<const N: usize>(w: &[u8], rb: usize, a: &[ActRow<'_>; N], out: &mut [[f32; N]]) {
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+unsafe fn rows_b32_vnni<const T: u8, const N: usize>(w: &[u8], rb: usize, a: &[ActRow<'_>; N], out: &mut [[f32; N]]) {
     for (r, o) in out.iter_mut().enumerate() {
-        q8_0::<N>(w.get_unchecked(r * rb..(r + 1) * rb), a, o);
+        let w = w.get_unchecked(r * rb..(r + 1) * rb);
+        if T == T_Q8_0 {
+            q8_0::<N, true>(w, a, o);
+        } else {
+            b32::<T, N, true>(w, a, o);
+        }
     }
 }
 
@@ -108,12 +142,20 @@ pub(super) unsafe fn hsum(v: __m256) -> f32 {
     _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
 }
 
-/// Σ of products of unsigned weights (≤ 63) and signed activations, as 8 f32 lanes.
+/// Σ of products of unsigned weights and signed activations, 4 a lane, as
+/// 8 f32 lanes: `vpmaddubsw` and `vpmaddwd`, or with `V` one `vpdpbusd`
+/// (AVX-VNNI; the caller must have it). The same exact integers when no
+/// pair sum of `vpmaddubsw` saturates: weights ≤ 63, or weights ≤ 128 and
+/// activations of magnitude ≤ 127 (the sign trick).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn udot(q: __m256i, a: __m256i) -> __m256 {
-    let p = _mm256_maddubs_epi16(q, a);
-    _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)))
+unsafe fn udot<const V: bool>(q: __m256i, a: __m256i) -> __m256 {
+    if V {
+        _mm256_cvtepi32_ps(_mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), q, a))
+    } else {
+        let p = _mm256_maddubs_epi16(q, a);
+        _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)))
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -146,14 +188,13 @@ const T_Q8_0: u8 = 4;
 /// straight-line code). Each token's sum is accumulated in the same order
 /// whatever `N` is, so results do not depend on how tokens are batched.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-unsafe fn b32<const T: u8, const N: usize>(w: &[u8], a: &[ActRow<'_>; N], out: &mut [f32; N]) {
+#[inline(always)]
+unsafe fn b32<const T: u8, const N: usize, const V: bool>(w: &[u8], a: &[ActRow<'_>; N], out: &mut [f32; N]) {
     let nb = a[0].d.len();
     let mut acc = [_mm256_setzero_ps(); N];
     let mut corr = [0f32; N];
     for b in 0..nb {
-        b32_step::<T, N>(w, a, b, &mut acc, &mut corr);
+        b32_step::<T, N, V>(w, a, b, &mut acc, &mut corr);
     }
     for i in 0..N {
         out[i] = hsum(acc[i]) + corr[i];
@@ -208,15 +249,20 @@ unsafe fn decode_block<const T: u8>(w: &[u8], b: usize) -> (f32, f32, __m256i) {
 /// # Safety
 /// The CPU must have AVX2, FMA and F16C.
 #[cfg(target_arch = "x86_64")]
-pub unsafe fn dot_q_group(t: QType, w: &[u8], a: &ActGroup<'_>, out: &mut [[f32; GROUP]]) -> bool {
+pub unsafe fn dot_q_group(t: QType, w: &[u8], a: &ActGroup<'_>, out: &mut [[f32; GROUP]], vnni: bool) -> bool {
     a.blocks();
     let rb = weight_row_bytes(t, w, a.cols, out.len());
-    match t {
-        QType::Q4_0 => rows_group::<T_Q4_0>(w, rb, a, out),
-        QType::Q4_1 => rows_group::<T_Q4_1>(w, rb, a, out),
-        QType::Q5_0 => rows_group::<T_Q5_0>(w, rb, a, out),
-        QType::Q5_1 => rows_group::<T_Q5_1>(w, rb, a, out),
-        QType::Q8_0 => rows_group::<T_Q8_0>(w, rb, a, out),
+    match (t, vnni) {
+        (QType::Q4_0, false) => rows_group::<T_Q4_0>(w, rb, a, out),
+        (QType::Q4_1, false) => rows_group::<T_Q4_1>(w, rb, a, out),
+        (QType::Q5_0, false) => rows_group::<T_Q5_0>(w, rb, a, out),
+        (QType::Q5_1, false) => rows_group::<T_Q5_1>(w, rb, a, out),
+        (QType::Q8_0, false) => rows_group::<T_Q8_0>(w, rb, a, out),
+        (QType::Q4_0, true) => rows_group_vnni::<T_Q4_0>(w, rb, a, out),
+        (QType::Q4_1, true) => rows_group_vnni::<T_Q4_1>(w, rb, a, out),
+        (QType::Q5_0, true) => rows_group_vnni::<T_Q5_0>(w, rb, a, out),
+        (QType::Q5_1, true) => rows_group_vnni::<T_Q5_1>(w, rb, a, out),
+        (QType::Q8_0, true) => rows_group_vnni::<T_Q8_0>(w, rb, a, out),
         _ => return false,
     }
     true
@@ -226,16 +272,24 @@ pub unsafe fn dot_q_group(t: QType, w: &[u8], a: &ActGroup<'_>, out: &mut [[f32;
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn rows_group<const T: u8>(w: &[u8], rb: usize, a: &ActGroup<'_>, out: &mut [[f32; GROUP]]) {
     for (r, o) in out.iter_mut().enumerate() {
-        b32_group::<T>(w.get_unchecked(r * rb..(r + 1) * rb), a, o);
+        b32_group::<T, false>(w.get_unchecked(r * rb..(r + 1) * rb), a, o);
+    }
+}
+
+/// [`rows_group`] with AVX-VNNI.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+unsafe fn rows_group_vnni<const T: u8>(w: &[u8], rb: usize, a: &ActGroup<'_>, out: &mut [[f32; GROUP]]) {
+    for (r, o) in out.iter_mut().enumerate() {
+        b32_group::<T, true>(w.get_unchecked(r * rb..(r + 1) * rb), a, o);
     }
 }
 
 /// One weight row against a group of [`GROUP`] activation rows; each lane
 /// does the operations [`b32_step`] does for its row, in the same order.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-unsafe fn b32_group<const T: u8>(w: &[u8], a: &ActGroup<'_>, out: &mut [f32; GROUP]) {
+#[inline(always)]
+unsafe fn b32_group<const T: u8, const V: bool>(w: &[u8], a: &ActGroup<'_>, out: &mut [f32; GROUP]) {
     let nb = a.cols / QK;
     let with_min = T == T_Q4_1 || T == T_Q5_1;
     let mut acc = [_mm256_setzero_ps(); GROUP];
@@ -256,7 +310,7 @@ unsafe fn b32_group<const T: u8>(w: &[u8], a: &ActGroup<'_>, out: &mut [f32; GRO
         if with_min {
             corr = _mm256_fmadd_ps(_mm256_set1_ps(m), _mm256_loadu_ps(gs.add(GROUP * b)), corr);
             for (i, acc) in acc.iter_mut().enumerate() {
-                *acc = _mm256_fmadd_ps(udot(q, act(i)), scale(i), *acc);
+                *acc = _mm256_fmadd_ps(udot::<V>(q, act(i)), scale(i), *acc);
             }
         } else {
             // Signed quants: as stored (Q8_0, as in `q8_0_step`), or the
@@ -269,8 +323,7 @@ unsafe fn b32_group<const T: u8>(w: &[u8], a: &ActGroup<'_>, out: &mut [f32; GRO
             let qabs = _mm256_sign_epi8(qs, qs);
             for (i, acc) in acc.iter_mut().enumerate() {
                 let av = _mm256_sign_epi8(act(i), qs);
-                let s = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(qabs, av), _mm256_set1_epi16(1)));
-                *acc = _mm256_fmadd_ps(s, scale(i), *acc);
+                *acc = _mm256_fmadd_ps(udot::<V>(qabs, av), scale(i), *acc);
             }
         }
     }
@@ -285,7 +338,7 @@ unsafe fn b32_group<const T: u8>(w: &[u8], a: &ActGroup<'_>, out: &mut [f32; GRO
 /// Block `b` of a 32-value-block row into the accumulators.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn b32_step<const T: u8, const N: usize>(
+unsafe fn b32_step<const T: u8, const N: usize, const V: bool>(
     w: &[u8],
     a: &[ActRow<'_>; N],
     b: usize,
@@ -297,7 +350,7 @@ unsafe fn b32_step<const T: u8, const N: usize>(
     if with_min {
         for i in 0..N {
             let r = &a[i];
-            acc[i] = _mm256_fmadd_ps(udot(q, load_act(r, b)), _mm256_set1_ps(d * *r.d.get_unchecked(b)), acc[i]);
+            acc[i] = _mm256_fmadd_ps(udot::<V>(q, load_act(r, b)), _mm256_set1_ps(d * *r.d.get_unchecked(b)), acc[i]);
             corr[i] = m.mul_add(*r.s.get_unchecked(b), corr[i]);
         }
     } else {
@@ -308,20 +361,18 @@ unsafe fn b32_step<const T: u8, const N: usize>(
         for i in 0..N {
             let r = &a[i];
             let av = _mm256_sign_epi8(load_act(r, b), qs);
-            let s = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(qabs, av), _mm256_set1_epi16(1)));
-            acc[i] = _mm256_fmadd_ps(s, _mm256_set1_ps(d * *r.d.get_unchecked(b)), acc[i]);
+            acc[i] = _mm256_fmadd_ps(udot::<V>(qabs, av), _mm256_set1_ps(d * *r.d.get_unchecked(b)), acc[i]);
         }
     }
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-unsafe fn q8_0<const N: usize>(w: &[u8], a: &[ActRow<'_>; N], out: &mut [f32; N]) {
+#[inline(always)]
+unsafe fn q8_0<const N: usize, const V: bool>(w: &[u8], a: &[ActRow<'_>; N], out: &mut [f32; N]) {
     let nb = a[0].d.len();
     let mut acc = [_mm256_setzero_ps(); N];
     for b in 0..nb {
-        q8_0_step::<N>(w, a, b, &mut acc);
+        q8_0_step::<N, V>(w, a, b, &mut acc);
     }
     for i in 0..N {
         out[i] = hsum(acc[i]);
@@ -330,7 +381,7 @@ unsafe fn q8_0<const N: usize>(w: &[u8], a: &[ActRow<'_>; N], out: &mut [f32; N]
 
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn q8_0_step<const N: usize>(w: &[u8], a: &[ActRow<'_>; N], b: usize, acc: &mut [__m256; N]) {
+unsafe fn q8_0_step<const N: usize, const V: bool>(w: &[u8], a: &[ActRow<'_>; N], b: usize, acc: &mut [__m256; N]) {
     let p = w.as_ptr().add(34 * b);
     let d = f16_at(p);
     let q = _mm256_loadu_si256(p.add(2) as *const __m256i);
@@ -338,8 +389,7 @@ unsafe fn q8_0_step<const N: usize>(w: &[u8], a: &[ActRow<'_>; N], b: usize, acc
     for i in 0..N {
         let r = &a[i];
         let av = _mm256_sign_epi8(load_act(r, b), q);
-        let s = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(qabs, av), _mm256_set1_epi16(1)));
-        acc[i] = _mm256_fmadd_ps(s, _mm256_set1_ps(d * *r.d.get_unchecked(b)), acc[i]);
+        acc[i] = _mm256_fmadd_ps(udot::<V>(qabs, av), _mm256_set1_ps(d * *r.d.get_unchecked(b)), acc[i]);
     }
 }
 

@@ -139,6 +139,13 @@ pub enum Kernels {
     /// AVX-512 is present (`THEMISTO_NATIVE_KERNELS=avx2-sums`), so that an
     /// AVX-512 machine can reproduce and time an AVX2 machine's runs.
     Avx2Sums,
+    /// What `Simd` is on a CPU with AVX2 and AVX-VNNI but no AVX-512: the
+    /// AVX2 products with the block sums (v3) of Q4_0 and Q4_1 summed by
+    /// 256-bit `vpdpbusd` ([`super::bsum::dot_avx2_vnni`], the same bits as
+    /// `Avx2Sums`), AVX2 attention, even where AVX-512 is present
+    /// (`THEMISTO_NATIVE_KERNELS=avx2-vnni`); `Avx2Sums` where the CPU lacks
+    /// AVX-VNNI.
+    Avx2Vnni,
     /// `Simd` with the AVX-512 k-quant products of themisto before the
     /// sub-block order (see [`super::dot_avx512::KBlock`]): they scale each
     /// 64 values' pair sums, so their float sums differ in the last bits.
@@ -175,7 +182,12 @@ impl Kernels {
     fn set(self) -> Set {
         match self {
             Kernels::Simd | Kernels::Avx512V1 | Kernels::Avx512 if dot_avx512::available() => Set::Avx512,
-            Kernels::Simd | Kernels::Avx512V1 | Kernels::Avx512 | Kernels::Avx2 | Kernels::Avx2Sums
+            Kernels::Simd
+            | Kernels::Avx512V1
+            | Kernels::Avx512
+            | Kernels::Avx2
+            | Kernels::Avx2Sums
+            | Kernels::Avx2Vnni
                 if dot_avx2::available() =>
             {
                 Set::Avx2
@@ -189,9 +201,19 @@ impl Kernels {
     pub fn block_sums(self) -> bool {
         match self {
             Kernels::Simd => matches!(self.set(), Set::Avx512 | Set::Avx2),
-            Kernels::Avx2Sums => self.set() == Set::Avx2,
+            Kernels::Avx2Sums | Kernels::Avx2Vnni => self.set() == Set::Avx2,
             _ => false,
         }
+    }
+
+    /// True when the AVX2 block sums run on 256-bit `vpdpbusd` (AVX-VNNI):
+    /// `Simd` on a CPU with AVX2 and AVX-VNNI but no AVX-512, and
+    /// `Avx2Vnni` on any CPU with AVX-VNNI. The same bits as without.
+    pub fn avx_vnni(self) -> bool {
+        matches!(self, Kernels::Simd | Kernels::Avx2Vnni)
+            && self.set() == Set::Avx2
+            && self.block_sums()
+            && dot_avx2::vnni_available()
     }
 
     /// The instructions the quantized products use on this CPU, as run
@@ -199,12 +221,14 @@ impl Kernels {
     /// (the default), "AVX-512 VNNI (k-quant sums v2)" ([`Kernels::Avx512`]:
     /// the default before the block sums), "AVX-512
     /// VNNI (k-quant sums v1)" ([`Kernels::Avx512V1`]; what records before v2
-    /// call "AVX-512 VNNI"), "AVX2" or "portable".
+    /// call "AVX-512 VNNI"), "AVX2 (block sums v3)", "AVX2 with AVX-VNNI
+    /// (block sums v3)" (the same bits), "AVX2" or "portable".
     pub fn name(self) -> &'static str {
         match self.set() {
             Set::Avx512 if self.block_sums() => "AVX-512 VNNI (k-quant sums v2, block sums v3)",
             Set::Avx512 if self == Kernels::Avx512V1 => "AVX-512 VNNI (k-quant sums v1)",
             Set::Avx512 => "AVX-512 VNNI (k-quant sums v2)",
+            Set::Avx2 if self.avx_vnni() => "AVX2 with AVX-VNNI (block sums v3)",
             Set::Avx2 if self.block_sums() => "AVX2 (block sums v3)",
             Set::Avx2 => "AVX2",
             Set::Scalar => "portable",
@@ -241,16 +265,19 @@ pub fn matmul(jobs: &mut [(&QMatrix, &mut [f32])], x: &[f32], tokens: usize, ker
     // (rayon steals work), which then finds the buffers empty and allocates.
     let (mut qa, mut ka) = ACTS.with_borrow_mut(std::mem::take);
     let bsum = kernels.block_sums();
+    let vnni = kernels.avx_vnni();
     if q32 {
         qa.quantize_into(x, cols, set != Set::Scalar);
-        if unpacks_avx2(set, bsum, tokens) && jobs.iter().any(|(w, _)| super::bsum::takes(w.qtype)) {
+        // The unpacked AVX2 kernel takes the quants unsigned; with AVX-VNNI
+        // it takes them as they are.
+        if unpacks_avx2(set, bsum, tokens) && !vnni && jobs.iter().any(|(w, _)| super::bsum::takes(w.qtype)) {
             qa.fill_unsigned();
         }
     }
     if qk {
         ka.quantize_into(x, cols, sub, set != Set::Scalar);
     }
-    run_jobs(jobs, x, tokens, q32.then_some(&qa), qk.then_some(&ka), set, bsum);
+    run_jobs(jobs, x, tokens, q32.then_some(&qa), qk.then_some(&ka), set, bsum, vnni);
     ACTS.set((qa, ka));
 }
 
@@ -321,6 +348,7 @@ fn unpacks_avx2(set: Set, bsum: bool, tokens: usize) -> bool {
 }
 
 /// The products of [`matmul`] once the activations are quantized.
+#[allow(clippy::too_many_arguments)]
 fn run_jobs(
     jobs: &mut [(&QMatrix, &mut [f32])],
     x: &[f32],
@@ -329,6 +357,7 @@ fn run_jobs(
     kacts: Option<&KActs>,
     set: Set,
     bsum: bool,
+    vnni: bool,
 ) {
     let cols = x.len() / tokens.max(1);
     let total: usize = jobs.iter().map(|(w, _)| w.rows).sum();
@@ -364,10 +393,10 @@ fn run_jobs(
             }
             let (r0, r1) = (i * chunk, ((i + 1) * chunk).min(w.rows));
             match (acts, kacts) {
-                (_, Some(a)) if w.qtype.is_kquant() => rows_q(w, a, r0..r1, out, set),
+                (_, Some(a)) if w.qtype.is_kquant() => rows_q(w, a, r0..r1, out, set, false),
                 #[cfg(target_arch = "x86_64")]
-                (Some(a), _) if bsum && super::bsum::takes(w.qtype) => rows_bsum(w, a, r0..r1, out, set),
-                (Some(a), _) if !w.qtype.is_float() => rows_q(w, a, r0..r1, out, set),
+                (Some(a), _) if bsum && super::bsum::takes(w.qtype) => rows_bsum(w, a, r0..r1, out, set, vnni),
+                (Some(a), _) if !w.qtype.is_float() => rows_q(w, a, r0..r1, out, set, vnni),
                 _ => rows_f(w, x, cols, tokens, r0..r1, out, set),
             }
             return;
@@ -392,12 +421,14 @@ trait Acts {
         Self: 'a;
     fn rows(&self) -> usize;
     fn row(&self, r: usize) -> Self::Row<'_>;
-    /// The AVX2 kernel for `out.len()` consecutive weight rows in `w`.
+    /// The AVX2 kernel for `out.len()` consecutive weight rows in `w`, with
+    /// AVX-VNNI where `vnni` asks and the format has such a kernel (the
+    /// same bits).
     ///
     /// # Safety
-    /// The CPU must have AVX2, FMA and F16C.
+    /// The CPU must have AVX2, FMA and F16C, and AVX-VNNI for `vnni`.
     #[cfg(target_arch = "x86_64")]
-    unsafe fn avx2<const N: usize>(t: QType, w: &[u8], a: &[Self::Row<'_>; N], out: &mut [[f32; N]]);
+    unsafe fn avx2<const N: usize>(t: QType, w: &[u8], a: &[Self::Row<'_>; N], out: &mut [[f32; N]], vnni: bool);
     /// The AVX-512 kernel for `out.len()` consecutive weight rows in `w`.
     ///
     /// # Safety
@@ -420,13 +451,14 @@ trait Acts {
     ) -> bool {
         false
     }
-    /// The AVX2 kernel for the [`GROUP`] rows from `t0`, when this format and
-    /// weight type have one: it must give what [`Acts::avx2`] gives.
+    /// The AVX2 kernel for the [`GROUP`] rows from `t0` (AVX-VNNI as in
+    /// [`Acts::avx2`]), when this format and weight type have one: it must
+    /// give what [`Acts::avx2`] gives.
     ///
     /// # Safety
     /// As [`Acts::avx2`].
     #[cfg(target_arch = "x86_64")]
-    unsafe fn avx2_group(&self, _t: QType, _w: &[u8], _t0: usize, _out: &mut [[f32; GROUP]]) -> bool {
+    unsafe fn avx2_group(&self, _t: QType, _w: &[u8], _t0: usize, _out: &mut [[f32; GROUP]], _vnni: bool) -> bool {
         false
     }
     /// Unpack weight rows `w` of `cols` values into `u` for
@@ -468,8 +500,8 @@ impl Acts for QActs {
         QActs::row(self, r)
     }
     #[cfg(target_arch = "x86_64")]
-    unsafe fn avx2<const N: usize>(t: QType, w: &[u8], a: &[ActRow<'_>; N], out: &mut [[f32; N]]) {
-        dot_avx2::dot_q_rows::<N>(t, w, a, out)
+    unsafe fn avx2<const N: usize>(t: QType, w: &[u8], a: &[ActRow<'_>; N], out: &mut [[f32; N]], vnni: bool) {
+        dot_avx2::dot_q_rows::<N>(t, w, a, out, vnni)
     }
     #[cfg(target_arch = "x86_64")]
     unsafe fn avx512<const N: usize>(t: QType, w: &[u8], a: &[ActRow<'_>; N], out: &mut [[f32; N]]) {
@@ -493,9 +525,9 @@ impl Acts for QActs {
         }
     }
     #[cfg(target_arch = "x86_64")]
-    unsafe fn avx2_group(&self, t: QType, w: &[u8], t0: usize, out: &mut [[f32; GROUP]]) -> bool {
+    unsafe fn avx2_group(&self, t: QType, w: &[u8], t0: usize, out: &mut [[f32; GROUP]], vnni: bool) -> bool {
         match self.group(t0) {
-            Some(g) => dot_avx2::dot_q_group(t, w, &g, out),
+            Some(g) => dot_avx2::dot_q_group(t, w, &g, out, vnni),
             None => false,
         }
     }
@@ -530,7 +562,8 @@ impl Acts for KActs {
         KActs::row(self, r)
     }
     #[cfg(target_arch = "x86_64")]
-    unsafe fn avx2<const N: usize>(t: QType, w: &[u8], a: &[KActRow<'_>; N], out: &mut [[f32; N]]) {
+    unsafe fn avx2<const N: usize>(t: QType, w: &[u8], a: &[KActRow<'_>; N], out: &mut [[f32; N]], _vnni: bool) {
+        // The k-quant kernels weight pair sums by 16-bit scales: no AVX-VNNI.
         dot_avx2::dot_k_rows::<N>(t, w, a, out)
     }
     #[cfg(target_arch = "x86_64")]
@@ -569,7 +602,7 @@ const TOKEN_BLOCK_BYTES: usize = 512 * 1024;
 /// tokens in groups (see [`token_group`]), then the remainder by halves.
 /// How tokens are grouped never changes a result: the kernels compute each
 /// token's sum in the same order whatever their `N`.
-fn rows_q<A: Acts>(w: &QMatrix, a: &A, rows: std::ops::Range<usize>, out: Out, set: Set) {
+fn rows_q<A: Acts>(w: &QMatrix, a: &A, rows: std::ops::Range<usize>, out: Out, set: Set, vnni: bool) {
     let tokens = a.rows();
     let group = token_group(set, w.qtype);
     let block = (TOKEN_BLOCK_BYTES / w.cols.max(1)).max(group) / group * group;
@@ -585,7 +618,7 @@ fn rows_q<A: Acts>(w: &QMatrix, a: &A, rows: std::ops::Range<usize>, out: Out, s
                     // SAFETY: `Set::Avx512` is only chosen when the CPU has what it needs.
                     let ok = unsafe { a.avx512_unpack(w.qtype, bytes, w.cols, u) };
                     if ok {
-                        tile_tokens(w, tile.clone(), a, tb..te, out, set, Some(u));
+                        tile_tokens(w, tile.clone(), a, tb..te, out, set, vnni, Some(u));
                     }
                     ok
                 });
@@ -593,7 +626,7 @@ fn rows_q<A: Acts>(w: &QMatrix, a: &A, rows: std::ops::Range<usize>, out: Out, s
                     continue;
                 }
             }
-            tile_tokens(w, tile, a, tb..te, out, set, None);
+            tile_tokens(w, tile, a, tb..te, out, set, vnni, None);
         }
     }
 }
@@ -602,7 +635,7 @@ fn rows_q<A: Acts>(w: &QMatrix, a: &A, rows: std::ops::Range<usize>, out: Out, s
 /// per block of tokens, each tile of 16 packed weight rows meets the tokens
 /// 8 (AVX-512 only), 4, 2 or 1 at a time. `rows` starts at a tile.
 #[cfg(target_arch = "x86_64")]
-fn rows_bsum(w: &QMatrix, a: &QActs, rows: std::ops::Range<usize>, out: Out, set: Set) {
+fn rows_bsum(w: &QMatrix, a: &QActs, rows: std::ops::Range<usize>, out: Out, set: Set, vnni: bool) {
     use super::bsum;
     assert!(rows.start.is_multiple_of(bsum::ROWS), "block-sum rows start at a tile");
     let packed = w.packed();
@@ -635,6 +668,20 @@ fn rows_bsum(w: &QMatrix, a: &QActs, rows: std::ops::Range<usize>, out: Out, set
                 });
             }
             let o = out.0.wrapping_add(t * w.rows + r0);
+            if vnni && te - t >= AVX2_UNPACK_TOKENS {
+                AVX2_TILE.with_borrow_mut(|u| {
+                    // SAFETY: `vnni` is only true with `Set::Avx2` on a CPU
+                    // with AVX2, FMA, F16C and AVX-VNNI
+                    // (`dot_avx2::vnni_available()`); `u` is this tile
+                    // unpacked; the output has room for rows r0..r0 + n_rows
+                    // of tokens t..te, and only this task writes those rows.
+                    unsafe {
+                        bsum::unpack_avx2(w.qtype, tile, u);
+                        bsum::dot_vnni_unpacked(w.qtype, tile, u, n_rows, a, t..te, o, w.rows);
+                    }
+                });
+                continue;
+            }
             if let Some(qu) = a.unsigned().filter(|_| !avx512 && te - t >= AVX2_UNPACK_TOKENS) {
                 AVX2_TILE.with_borrow_mut(|u| {
                     // SAFETY: the block sums run with `Set::Avx2` only when
@@ -658,6 +705,8 @@ fn rows_bsum(w: &QMatrix, a: &QActs, rows: std::ops::Range<usize>, out: Out, set
             unsafe {
                 if avx512 {
                     bsum::dot(w.qtype, tile, n_rows, a, t..te, o, w.rows);
+                } else if vnni {
+                    bsum::dot_avx2_vnni(w.qtype, tile, n_rows, a, t..te, o, w.rows);
                 } else {
                     bsum::dot_avx2(w.qtype, tile, n_rows, a, t..te, o, w.rows);
                 }
@@ -718,6 +767,7 @@ fn tile_tokens<A: Acts>(
     ts: std::ops::Range<usize>,
     out: Out,
     set: Set,
+    vnni: bool,
     unpacked: Option<&Unpacked>,
 ) {
     let group = token_group(set, w.qtype);
@@ -730,17 +780,18 @@ fn tile_tokens<A: Acts>(
             _ => 1,
         };
         match n {
-            8 => dot_n::<A, 8>(w, tile.clone(), a, t, out, set, unpacked),
-            4 => dot_n::<A, 4>(w, tile.clone(), a, t, out, set, unpacked),
-            2 => dot_n::<A, 2>(w, tile.clone(), a, t, out, set, unpacked),
-            _ => dot_n::<A, 1>(w, tile.clone(), a, t, out, set, unpacked),
+            8 => dot_n::<A, 8>(w, tile.clone(), a, t, out, set, vnni, unpacked),
+            4 => dot_n::<A, 4>(w, tile.clone(), a, t, out, set, vnni, unpacked),
+            2 => dot_n::<A, 2>(w, tile.clone(), a, t, out, set, vnni, unpacked),
+            _ => dot_n::<A, 1>(w, tile.clone(), a, t, out, set, vnni, unpacked),
         }
         t += n;
     }
 }
 
 /// Rows `rows` (at most [`TILE`]) of `w` times activation rows `t0..t0 + N`
-/// into the output.
+/// into the output (`vnni`: with AVX-VNNI where the kernel has it).
+#[allow(clippy::too_many_arguments)]
 fn dot_n<A: Acts, const N: usize>(
     w: &QMatrix,
     rows: std::ops::Range<usize>,
@@ -748,6 +799,7 @@ fn dot_n<A: Acts, const N: usize>(
     t0: usize,
     out: Out,
     set: Set,
+    vnni: bool,
     unpacked: Option<&Unpacked>,
 ) {
     let mut o = [[0f32; N]; TILE];
@@ -760,7 +812,7 @@ fn dot_n<A: Acts, const N: usize>(
         let done = unsafe {
             match set {
                 Set::Avx512 => a.avx512_group(w.qtype, bytes, t0, &mut g[..n], unpacked),
-                _ => a.avx2_group(w.qtype, bytes, t0, &mut g[..n]),
+                _ => a.avx2_group(w.qtype, bytes, t0, &mut g[..n], vnni),
             }
         };
         if done {
@@ -779,8 +831,9 @@ fn dot_n<A: Acts, const N: usize>(
             }
         },
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `Set::Avx2` is only chosen when the CPU has AVX2, FMA and F16C.
-        Set::Avx2 => unsafe { A::avx2::<N>(w.qtype, bytes, &acts, &mut o[..n]) },
+        // SAFETY: `Set::Avx2` is only chosen when the CPU has AVX2, FMA and
+        // F16C, `vnni` only when it also has AVX-VNNI.
+        Set::Avx2 => unsafe { A::avx2::<N>(w.qtype, bytes, &acts, &mut o[..n], vnni) },
         _ => {
             let _ = unpacked;
             for (k, o) in o[..n].iter_mut().enumerate() {

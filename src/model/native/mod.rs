@@ -54,7 +54,9 @@ const CHUNK: usize = 512;
 /// Environment variable that forces the portable kernels (`scalar`), the
 /// AVX2 products without the block sums, also where AVX-512 is present
 /// (`avx2`, see [`Kernels::Avx2`]), what an AVX2-only CPU runs by default
-/// (`avx2-sums`, see [`Kernels::Avx2Sums`]), the AVX-512 products
+/// (`avx2-sums`, see [`Kernels::Avx2Sums`]), what a CPU with AVX2 and
+/// AVX-VNNI but no AVX-512 runs by default (`avx2-vnni`, see
+/// [`Kernels::Avx2Vnni`]), the AVX-512 products
 /// without the block sums (`avx512`, see [`Kernels::Avx512`]), or
 /// the AVX-512 k-quant products of before the sub-block order (`avx512-v1`,
 /// see [`Kernels::Avx512V1`]).
@@ -66,6 +68,7 @@ pub fn kernels_from_env() -> Kernels {
         Ok("scalar") => Kernels::Scalar,
         Ok("avx2") => Kernels::Avx2,
         Ok("avx2-sums") => Kernels::Avx2Sums,
+        Ok("avx2-vnni") => Kernels::Avx2Vnni,
         Ok("avx512-v1") => Kernels::Avx512V1,
         Ok("avx512") => Kernels::Avx512,
         _ => Kernels::detect(),

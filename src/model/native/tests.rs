@@ -12,8 +12,15 @@ use candle_core::{Device, Tensor};
 
 /// Every kernel set (on a CPU without AVX-512 or AVX2, `Simd` and `Avx2`
 /// fall back to what it has, so the list is always safe to run).
-const KERNEL_SETS: [Kernels; 6] =
-    [Kernels::Scalar, Kernels::Avx2, Kernels::Avx2Sums, Kernels::Avx512V1, Kernels::Avx512, Kernels::Simd];
+const KERNEL_SETS: [Kernels; 7] = [
+    Kernels::Scalar,
+    Kernels::Avx2,
+    Kernels::Avx2Sums,
+    Kernels::Avx2Vnni,
+    Kernels::Avx512V1,
+    Kernels::Avx512,
+    Kernels::Simd,
+];
 
 const TYPES: [(GgmlDType, QType); 10] = [
     (GgmlDType::F32, QType::F32),
@@ -321,7 +328,8 @@ fn each_row_of_a_multi_token_product_equals_the_row_alone() {
 /// AVX2 kernel on unpacked tiles, pairs and one), row counts that leave a
 /// partial tile, and one block or many; and each token alone gives the
 /// same. The default set runs them on AVX-512 VNNI and on AVX2 machines;
-/// `Avx2Sums` runs the AVX2 ones everywhere.
+/// `Avx2Sums` runs the AVX2 ones everywhere, `Avx2Vnni` the AVX-VNNI ones
+/// where the CPU has them.
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn block_sums_are_exact_bit_for_bit() {
@@ -329,8 +337,9 @@ fn block_sums_are_exact_bit_for_bit() {
         eprintln!("no AVX2: block sums not tested");
         return;
     }
-    assert!(Kernels::Simd.block_sums() && Kernels::Avx2Sums.block_sums());
-    for kernels in [Kernels::Simd, Kernels::Avx2Sums] {
+    assert!(Kernels::Simd.block_sums() && Kernels::Avx2Sums.block_sums() && Kernels::Avx2Vnni.block_sums());
+    assert!(!Kernels::Avx2Sums.avx_vnni() && Kernels::Avx2Vnni.avx_vnni() == dot_avx2::vnni_available());
+    for kernels in [Kernels::Simd, Kernels::Avx2Sums, Kernels::Avx2Vnni] {
         for (dt, q) in [(GgmlDType::Q4_0, QType::Q4_0), (GgmlDType::Q4_1, QType::Q4_1)] {
             for (rows, cols) in [(37usize, 160usize), (16, 576), (5, 32), (50, 1536)] {
                 let (w, _) = quantized(dt, q, rows, cols, 7);
@@ -353,6 +362,37 @@ fn block_sums_are_exact_bit_for_bit() {
                     let mut one = vec![0f32; rows];
                     matmul(&mut [(&w, &mut one[..])], &x[t * cols..], 1, kernels);
                     assert_eq!(one, y[t * rows..]);
+                }
+            }
+        }
+    }
+}
+
+/// AVX-VNNI (`Kernels::Avx2Vnni`) gives the bits of the AVX2 kernels
+/// (`Kernels::Avx2Sums`) for every weight type, with token counts that take
+/// every path: one token and the 2- and 4-token kernels, the 8-token group
+/// kernel of the 32-value types, and from 16 tokens the unpacked block sums.
+/// Mutation check: `vpdpbusd` with its operands swapped (the activations
+/// taken as the unsigned ones) fails it.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn avx_vnni_products_give_the_avx2_bits() {
+    if !dot_avx2::vnni_available() {
+        eprintln!("no AVX-VNNI: AVX-VNNI kernels not tested");
+        return;
+    }
+    assert_eq!(Kernels::Avx2Vnni.name(), "AVX2 with AVX-VNNI (block sums v3)");
+    for (dt, q) in TYPES {
+        for (rows, cols) in [(37usize, 256usize), (16, 768)] {
+            let (w, _) = quantized(dt, q, rows, cols, 3);
+            for tokens in [1usize, 2, 3, 5, 8, 9, 16, 19, 40] {
+                let x = values(tokens * cols, 31 + tokens as u64, 1.0);
+                let mut want = vec![0f32; tokens * rows];
+                let mut got = vec![0f32; tokens * rows];
+                matmul(&mut [(&w, &mut want[..])], &x, tokens, Kernels::Avx2Sums);
+                matmul(&mut [(&w, &mut got[..])], &x, tokens, Kernels::Avx2Vnni);
+                for (i, (g, e)) in got.iter().zip(&want).enumerate() {
+                    assert_eq!(g.to_bits(), e.to_bits(), "{q:?} {rows}×{cols}, {tokens} tokens: value {i}");
                 }
             }
         }
@@ -393,6 +433,15 @@ fn avx2_block_sums_are_exact_bit_for_bit() {
                 unsafe {
                     let o = y.as_mut_ptr().add(r0);
                     bsum::dot_avx2(q, tile, n_rows, &a, 0..4, o, rows);
+                    if dot_avx2::vnni_available() {
+                        // The AVX-VNNI kernel: the same bits.
+                        let mut v = vec![f32::NAN; 4 * rows];
+                        bsum::dot_avx2_vnni(q, tile, n_rows, &a, 0..4, v.as_mut_ptr().add(r0), rows);
+                        for (t, r) in (0..4).flat_map(|t| (r0..r0 + n_rows).map(move |r| (t, r))) {
+                            let (got, want) = (v[t * rows + r], y[t * rows + r]);
+                            assert_eq!(got.to_bits(), want.to_bits(), "{q:?} AVX-VNNI: ({t}, {r})");
+                        }
+                    }
                     let mut two = vec![f32::NAN; 2 * rows];
                     bsum::dot_avx2(q, tile, n_rows, &a, 2..4, two.as_mut_ptr().add(r0), rows);
                     let mut one = vec![f32::NAN; rows];
@@ -428,6 +477,20 @@ fn avx2_block_sums_are_exact_bit_for_bit() {
                             assert_eq!(got.to_bits(), want.to_bits(), "{q:?} unpacked from {from}: ({t}, {r})");
                         }
                     }
+                    if dot_avx2::vnni_available() {
+                        let mut v = vec![f32::NAN; 4 * rows];
+                        // SAFETY: as above, and AVX-VNNI is present.
+                        unsafe {
+                            let o = v.as_mut_ptr().add(from * rows + r0);
+                            bsum::dot_vnni_unpacked(q, tile, &u, n_rows, &a, from..4, o, rows);
+                        }
+                        for t in from..4 {
+                            for r in r0..r0 + n_rows {
+                                let (got, want) = (v[t * rows + r], y[t * rows + r]);
+                                assert_eq!(got.to_bits(), want.to_bits(), "{q:?} AVX-VNNI unpacked: ({t}, {r})");
+                            }
+                        }
+                    }
                 }
             }
         }
@@ -435,8 +498,8 @@ fn avx2_block_sums_are_exact_bit_for_bit() {
 }
 
 /// In-cache throughput of the block-sum tile kernels alone (AVX2 on the
-/// packed tile and on the unpacked one, which must give the same bits, and
-/// AVX-512 where present): one Q4_1 tile of 16 rows × 576 over 64 tokens,
+/// packed tile and on the unpacked one, which must give the same bits,
+/// AVX-VNNI on both where present, and AVX-512 where present): one Q4_1 tile of 16 rows × 576 over 64 tokens,
 /// best of many calls, in G multiply-adds/s and cycles per 3.3 GHz for a
 /// token, block and 8 rows. `cargo test --release --lib
 /// block_sum_tile_throughput -- --ignored --nocapture`.
@@ -479,6 +542,17 @@ fn block_sum_tile_throughput() {
         bsum::dot_avx2_unpacked(QType::Q4_1, &tile, &u, rows, &a, &qu, 0..tokens, o, rows)
     });
     assert!(want.iter().zip(&y).all(|(a, b)| a.to_bits() == b.to_bits()), "unpacked kernel bits");
+    if dot_avx2::vnni_available() {
+        // SAFETY: as above, and AVX-VNNI is present.
+        time("AVX-VNNI block sums", &|o| unsafe {
+            bsum::dot_avx2_vnni(QType::Q4_1, &tile, rows, &a, 0..tokens, o, rows)
+        });
+        assert!(want.iter().zip(&y).all(|(a, b)| a.to_bits() == b.to_bits()), "AVX-VNNI kernel bits");
+        time("AVX-VNNI block sums, unpacked", &|o| unsafe {
+            bsum::dot_vnni_unpacked(QType::Q4_1, &tile, &u, rows, &a, 0..tokens, o, rows)
+        });
+        assert!(want.iter().zip(&y).all(|(a, b)| a.to_bits() == b.to_bits()), "AVX-VNNI unpacked kernel bits");
+    }
     if dot_avx512::available() {
         // SAFETY: AVX-512 VNNI is present.
         time("AVX-512 block sums", &|o| unsafe { bsum::dot(QType::Q4_1, &tile, rows, &a, 0..tokens, o, rows) });
