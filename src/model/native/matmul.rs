@@ -139,12 +139,13 @@ pub enum Kernels {
     /// AVX-512 is present (`THEMISTO_NATIVE_KERNELS=avx2-sums`), so that an
     /// AVX-512 machine can reproduce and time an AVX2 machine's runs.
     Avx2Sums,
-    /// What `Simd` is on a CPU with AVX2 and AVX-VNNI but no AVX-512: the
-    /// AVX2 products with the block sums (v3) of Q4_0 and Q4_1 summed by
-    /// 256-bit `vpdpbusd` ([`super::bsum::dot_avx2_vnni`], the same bits as
-    /// `Avx2Sums`), AVX2 attention, even where AVX-512 is present
-    /// (`THEMISTO_NATIVE_KERNELS=avx2-vnni`); `Avx2Sums` where the CPU lacks
-    /// AVX-VNNI.
+    /// What `Simd` is on a CPU with AVX2 and AVX-VNNI but no AVX-512:
+    /// `Avx2Sums` with the integer sums of the block sums (v3) and of the
+    /// other 32-value types' products from 256-bit `vpdpbusd`
+    /// ([`super::bsum::dot_avx2_vnni`], [`super::dot_avx2::dot_q_rows`]; the
+    /// same bits as `Avx2Sums`), AVX2 attention, even where AVX-512 is
+    /// present (`THEMISTO_NATIVE_KERNELS=avx2-vnni`); `Avx2Sums` where the
+    /// CPU lacks AVX-VNNI.
     Avx2Vnni,
     /// `Simd` with the AVX-512 k-quant products of themisto before the
     /// sub-block order (see [`super::dot_avx512::KBlock`]): they scale each
@@ -206,8 +207,9 @@ impl Kernels {
         }
     }
 
-    /// True when the AVX2 block sums run on 256-bit `vpdpbusd` (AVX-VNNI):
-    /// `Simd` on a CPU with AVX2 and AVX-VNNI but no AVX-512, and
+    /// True when the AVX2 products of the 32-value types (block sums
+    /// included) take their integer sums from 256-bit `vpdpbusd`
+    /// (AVX-VNNI): `Simd` on a CPU with AVX2 and AVX-VNNI but no AVX-512, and
     /// `Avx2Vnni` on any CPU with AVX-VNNI. The same bits as without.
     pub fn avx_vnni(self) -> bool {
         matches!(self, Kernels::Simd | Kernels::Avx2Vnni)
