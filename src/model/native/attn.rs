@@ -10,10 +10,10 @@
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::{
-    __m128i, __m256, _mm256_add_ps, _mm256_castps256_ps128, _mm256_cvtph_ps, _mm256_cvtps_ph, _mm256_extractf128_ps,
-    _mm256_fmadd_ps, _mm256_hadd_ps, _mm256_loadu_ps, _mm256_max_ps, _mm256_set1_ps, _mm256_setzero_ps,
-    _mm256_storeu_ps, _mm256_sub_ps, _mm_add_ps, _mm_loadu_si128, _mm_storeu_ps, _mm_storeu_si128,
-    _MM_FROUND_TO_NEAREST_INT,
+    __m128, __m128i, __m256, _mm256_add_ps, _mm256_castps256_ps128, _mm256_cvtph_ps, _mm256_cvtps_ph,
+    _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_hadd_ps, _mm256_loadu_ps, _mm256_max_ps, _mm256_set1_ps,
+    _mm256_setzero_ps, _mm256_storeu_ps, _mm256_sub_ps, _mm_add_ps, _mm_castps_pd, _mm_loadu_si128, _mm_mul_ps,
+    _mm_set1_ps, _mm_storeh_pd, _mm_storel_pd, _mm_storeu_ps, _mm_storeu_si128, _MM_FROUND_TO_NEAREST_INT,
 };
 
 use super::attn_avx512;
@@ -357,7 +357,7 @@ unsafe fn attend_avx2<const G: usize>(q: &[f32], kv: HeadKv<'_>, scale: f32, sco
 
 /// Scores of keys `from..kv.n` (`from` a multiple of 4) for `G` heads as
 /// [`attend_avx2`] computes them: four keys at a time while four are left
-/// (independent FMA chains, one `hsum4`), then one by one; head `h`'s
+/// (independent FMA chains, one `hsum4_ps`), then one by one; head `h`'s
 /// score of key `i` goes to `sp[h·ns + i]`.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
@@ -380,7 +380,7 @@ unsafe fn scores_avx2_from<const G: usize>(
 
 /// Scores of keys `i..i + K` for the `R` query rows of `q` (side by side):
 /// per (row, key) an FMA chain over the head's values from zero, then the
-/// `hsum4` tree, four (row, key) sums a call (a lane of `hsum4` depends on
+/// `hsum4_ps` tree, four (row, key) sums a call (a lane of `hsum4_ps` depends on
 /// its own vector only, so how they are grouped does not matter); row
 /// `r`'s score of key `i + c` goes to `sp[r·ns + i + c]`. `R · K` must be
 /// a multiple of 4.
@@ -421,12 +421,27 @@ unsafe fn score_keys<const R: usize, const K: usize>(
     }
     // Constant indices only (the loops unroll), so that the accumulators
     // stay in registers: a slice over them kept them on the stack.
+    // Each lane times the scale (one multiply for four sums, the bits of
+    // four), stored straight from the register: four keys of a row, or
+    // two of two rows.
     let at = |x: usize| acc[x / K][x % K];
+    let sc = _mm_set1_ps(scale);
     for f in 0..R * K / 4 {
-        let s4 = hsum4([at(4 * f), at(4 * f + 1), at(4 * f + 2), at(4 * f + 3)]);
-        for (c, s) in s4.iter().enumerate() {
-            let (r, key) = ((4 * f + c) / K, (4 * f + c) % K);
-            *sp.add(r * ns + i + key) = s * scale;
+        let s4 = _mm_mul_ps(hsum4_ps([at(4 * f), at(4 * f + 1), at(4 * f + 2), at(4 * f + 3)]), sc);
+        let at_row = |x: usize| sp.add(x / K * ns + i + x % K);
+        match K {
+            4 => _mm_storeu_ps(at_row(4 * f), s4),
+            2 => {
+                _mm_storel_pd(at_row(4 * f) as *mut f64, _mm_castps_pd(s4));
+                _mm_storeh_pd(at_row(4 * f + 2) as *mut f64, _mm_castps_pd(s4));
+            }
+            _ => {
+                let mut lanes = [0f32; 4];
+                _mm_storeu_ps(lanes.as_mut_ptr(), s4);
+                for (c, s) in lanes.into_iter().enumerate() {
+                    *at_row(4 * f + c) = s;
+                }
+            }
         }
     }
 }
@@ -437,8 +452,8 @@ unsafe fn score_keys<const R: usize, const K: usize>(
 /// the bits [`attend_avx2`] gives it alone:
 /// - the keys both tokens score in whole fours (`0..4·⌊kv.n/4⌋`) are
 ///   scored for all rows at once, `K` keys at a time, each (row, key) the
-///   same FMA chain over the head's values and the same `hsum4` tree (a
-///   lane of `hsum4` depends on its own vector only); the rest of each
+///   same FMA chain over the head's values and the same `hsum4_ps` tree (a
+///   lane of `hsum4_ps` depends on its own vector only); the rest of each
 ///   token's keys as `attend_avx2` scores them;
 /// - the softmax is per row;
 /// - the weighted values go 16 a row at a time, each the same
@@ -644,17 +659,14 @@ unsafe fn softmax_avx2(scores: &mut [f32]) {
     }
 }
 
-/// The horizontal sums of four vectors.
+/// The horizontal sums of four vectors: lane `c` is `v[c]`'s sum.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn hsum4(v: [__m256; 4]) -> [f32; 4] {
+unsafe fn hsum4_ps(v: [__m256; 4]) -> __m128 {
     let a = _mm256_hadd_ps(v[0], v[1]);
     let b = _mm256_hadd_ps(v[2], v[3]);
     let c = _mm256_hadd_ps(a, b);
-    let s = _mm_add_ps(_mm256_castps256_ps128(c), _mm256_extractf128_ps(c, 1));
-    let mut out = [0f32; 4];
-    _mm_storeu_ps(out.as_mut_ptr(), s);
-    out
+    _mm_add_ps(_mm256_castps256_ps128(c), _mm256_extractf128_ps(c, 1))
 }
 
 #[cfg(test)]
@@ -724,7 +736,9 @@ mod tests {
                     acc[c] = _mm256_fmadd_ps(qv, load_h8(kp[c].add(j)), acc[c]);
                 }
             }
-            for (c, s) in hsum4(acc).iter().enumerate() {
+            let mut sums = [0f32; 4];
+            _mm_storeu_ps(sums.as_mut_ptr(), hsum4_ps(acc));
+            for (c, s) in sums.iter().enumerate() {
                 scores[i + c] = s * scale;
             }
             i += 4;

@@ -4,7 +4,7 @@
 //!
 //! Every value gets the same operations in the same order as there. Query
 //! scores: the AVX2 kernel sums each key's 8 lanes of products over the
-//! head, then reduces the lanes with `hadd` trees (`hsum4`, four keys at a
+//! head, then reduces the lanes with `hadd` trees (`hsum4_ps`, four keys at a
 //! time); here one 512-bit vector holds two keys' 8 lanes side by side
 //! (the query's 8 values twice), so each lane sees the same multiply-adds,
 //! and the reduction adds the same pairs with in-lane permutes. Weighted
@@ -57,7 +57,7 @@ unsafe fn load_pair(a: *const u16, b: *const u16) -> __m512 {
 }
 
 /// The sums of four keys' 8 lanes, two keys a vector (`a`: keys 0 and 1,
-/// `b`: keys 2 and 3), each as `hsum4` adds them:
+/// `b`: keys 2 and 3), each as `hsum4_ps` adds them:
 /// ((x0+x1)+(x2+x3)) + ((x4+x5)+(x6+x7)).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
@@ -81,7 +81,7 @@ unsafe fn hadd(a: __m512, b: __m512) -> __m512 {
 }
 
 /// The sums of eight keys' 8 lanes (`a[c]`: keys 2c and 2c + 1), each as
-/// `hsum4` adds them: the same `hadd` tree, then the two 128-bit halves.
+/// `hsum4_ps` adds them: the same `hadd` tree, then the two 128-bit halves.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn reduce8(a: [__m512; 4]) -> __m256 {

@@ -264,7 +264,7 @@ unsafe fn group<const N: usize>(t: QType, tile: &[u8], rows: usize, a: Rows, out
         let p = tile.as_ptr().add(b * PACKED_BLOCK);
         // While generating, the weights stream from memory (the tiles of a
         // task lie one after the other).
-        super::dot_avx512::prefetch(p, PACKED_BLOCK);
+        super::dot_avx2::prefetch(p, PACKED_BLOCK);
         // Values 4k..4k + 4 of every row (k < 4: low nibbles of the
         // transposed bytes; k ≥ 4: values 16 + 4(k − 4).., the high ones).
         let mut q = [low; 8];
@@ -429,7 +429,7 @@ unsafe fn group_avx2<const N: usize, const VNNI: bool>(
             let p = tile.as_ptr().add(b * PACKED_BLOCK);
             if half == 0 {
                 // While generating, the weights stream from memory.
-                super::dot_avx512::prefetch(p, PACKED_BLOCK);
+                super::dot_avx2::prefetch(p, PACKED_BLOCK);
             }
             let mut q = [low; 8];
             for k in 0..4 {
@@ -617,25 +617,50 @@ pub unsafe fn dot_avx2_unpacked(
 ) {
     let row = checked_rows(t, tile, rows, a, &ts);
     assert!(u.blocks == tile.len() / PACKED_BLOCK && qu.len() >= ts.end * a.cols, "unpacked tile");
-    // Per chunk of tokens, the weighted sums, two tokens at a time, stored
-    // as they are, then the minimums' terms added to them, four tokens at
-    // a time: the terms' chains of multiply-adds (one per token and half)
-    // then lie far enough apart that their latency hides, and the chunk's
-    // outputs are still in L1 when the terms are added.
+    unpacked_chunks::<false>(u, rows, row, qu, a.cols, ts, out, stride);
+}
+
+/// The token loop of [`dot_avx2_unpacked`] (`VNNI` false, `qu` the
+/// unsigned quants of `cols` a row) and [`dot_vnni_unpacked`] (`VNNI`
+/// true, `qu` unused). Per chunk of tokens, the weighted sums, two tokens
+/// at a time, stored as they are, then the minimums' terms added to them,
+/// four tokens at a time: the terms' chains of multiply-adds (one per token
+/// and half) then lie far enough apart that their latency hides, and the
+/// chunk's outputs are still in L1 when the terms are added.
+///
+/// # Safety
+/// As the caller's; inlined into it, so that its target features apply.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn unpacked_chunks<const VNNI: bool>(
+    u: &Unpacked,
+    rows: usize,
+    row: impl Fn(usize) -> Rows,
+    qu: &[u8],
+    cols: usize,
+    ts: std::ops::Range<usize>,
+    out: *mut f32,
+    stride: usize,
+) {
     let mut c = ts.start;
     while c < ts.end {
         let ce = (c + CHUNK).min(ts.end);
         let mut i = c;
         while i < ce {
             let o = out.add((i - ts.start) * stride);
-            let q = qu.as_ptr().add(i * a.cols);
             if ce - i >= 2 {
-                let acc = pair_unpacked(u, row(i), q);
+                let acc = if VNNI { pair_vnni(u, row(i)) } else { pair_unpacked(u, row(i), qu.as_ptr().add(i * cols)) };
                 store_rows(acc[0], rows, o);
                 store_rows(acc[1], rows, o.add(stride));
                 i += 2;
             } else {
-                store_rows(acc_unpacked::<1>(u, row(i), q)[0], rows, o);
+                let acc = if VNNI {
+                    acc_vnni::<1>(u, row(i))
+                } else {
+                    acc_unpacked::<1>(u, row(i), qu.as_ptr().add(i * cols))
+                };
+                store_rows(acc[0], rows, o);
                 i += 1;
             }
         }
@@ -682,35 +707,7 @@ pub unsafe fn dot_vnni_unpacked(
 ) {
     let row = checked_rows(t, tile, rows, a, &ts);
     assert!(u.blocks == tile.len() / PACKED_BLOCK, "unpacked tile");
-    // As in `dot_avx2_unpacked`: per chunk, the weighted sums two tokens
-    // at a time, then the minimums' terms.
-    let mut c = ts.start;
-    while c < ts.end {
-        let ce = (c + CHUNK).min(ts.end);
-        let mut i = c;
-        while i < ce {
-            let o = out.add((i - ts.start) * stride);
-            if ce - i >= 2 {
-                let acc = pair_vnni(u, row(i));
-                store_rows(acc[0], rows, o);
-                store_rows(acc[1], rows, o.add(stride));
-                i += 2;
-            } else {
-                store_rows(acc_vnni::<1>(u, row(i))[0], rows, o);
-                i += 1;
-            }
-        }
-        let mut i = c;
-        while i < ce {
-            let o = out.add((i - ts.start) * stride);
-            i += match ce - i {
-                n if n >= 4 => add_minimums::<4>(u, rows, row(i), o, stride),
-                n if n >= 2 => add_minimums::<2>(u, rows, row(i), o, stride),
-                _ => add_minimums::<1>(u, rows, row(i), o, stride),
-            };
-        }
-        c = ce;
-    }
+    unpacked_chunks::<true>(u, rows, row, &[], a.cols, ts, out, stride);
 }
 
 /// One group of 4 values in [`pair_vnni`]'s block loop, as assembly text:

@@ -30,7 +30,7 @@
 use std::arch::x86_64::*;
 
 #[cfg(target_arch = "x86_64")]
-use super::dot_avx2::{f16_at, high_bits, scales_mins};
+use super::dot_avx2::{f16_at, high_bits, prefetch, scales_mins};
 use super::quant::{act_blocks, kact_blocks, weight_row_bytes, ActGroup, ActRow, KActRow, QType, GROUP, QK, QK_K};
 
 /// True when this CPU has AVX2, FMA, F16C, AVX-512 F/BW/VL and AVX-512 VNNI.
@@ -46,23 +46,6 @@ pub fn available() -> bool {
     #[cfg(not(target_arch = "x86_64"))]
     {
         false
-    }
-}
-
-/// How far ahead of the block being read the weights are prefetched. While
-/// generating, the products stream the weights from memory once per token
-/// and one core's bandwidth is bound by how many lines it has in flight.
-const PREFETCH: usize = 2048;
-
-/// Ask for the cache lines of the `len` bytes [`PREFETCH`] bytes past `p`.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-pub(super) unsafe fn prefetch(p: *const u8, len: usize) {
-    let ahead = p.wrapping_add(PREFETCH);
-    let mut off = 0;
-    while off < len {
-        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(off) as *const i8);
-        off += 64;
     }
 }
 
