@@ -403,10 +403,7 @@ unsafe fn q8_0<const N: usize, const V: bool>(w: &[u8], a: &[ActRow<'_>; N], out
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn q8_0_step<const N: usize, const V: bool>(w: &[u8], a: &[ActRow<'_>; N], b: usize, acc: &mut [__m256; N]) {
-    let p = w.as_ptr().add(34 * b);
-    prefetch(p, 34);
-    let d = f16_at(p);
-    let q = _mm256_loadu_si256(p.add(2) as *const __m256i);
+    let (d, _, q) = decode_block::<T_Q8_0>(w, b);
     let qabs = _mm256_sign_epi8(q, q);
     for i in 0..N {
         let r = &a[i];
