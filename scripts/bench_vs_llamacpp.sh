@@ -31,6 +31,12 @@
 # llama.cpp's one-by-one cost of its tokens (prompt tokens / pp + generated tokens / tg,
 # from the run's results.json), with llama.cpp's figures from before and from after.
 # With THEMISTO_PHASES=1 the run also prints where its passes spent their time.
+# ROUNDS=N (1) repeats the run N times in the same go, each between two llama-bench
+# measurements (llama-bench, run, llama-bench, run, ..., llama-bench: N runs, N + 1
+# llama-bench), and prints each run's ratio to the mean of the llama.cpp figures around it,
+# then the median of the rounds: on a machine whose speed drifts by a third within
+# minutes (the VMs of 2026-12) one round reads whichever way the drift went. TABLE=0
+# skips the bench-model table (the run's model is only fetched).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -104,6 +110,8 @@ build_llamacpp() {
 }
 
 RUN=${RUN:-}
+ROUNDS=${ROUNDS:-1}
+TABLE=${TABLE:-1}
 [ -x "$THEMISTO" ] || cargo build --release
 build_llamacpp
 LLAMA_BENCH=$BUILD/bin/llama-bench
@@ -119,7 +127,12 @@ print(pp[0], tg[0])'
 }
 
 rows=()
-for m in "${MODELS[@]}"; do
+TABLE_MODELS=("${MODELS[@]}")
+if [ "$TABLE" = 0 ]; then
+  first_path=$("$THEMISTO" models fetch "${MODELS[0]}" | awk 'NR == 1 { print $2 }')
+  TABLE_MODELS=()
+fi
+for m in ${TABLE_MODELS[@]+"${TABLE_MODELS[@]}"}; do
   log "$m: themisto bench-model"
   "$THEMISTO" models fetch "$m" >&2
   ours=$("$THEMISTO" bench-model --model "$m" --prompt-tokens "$PP" --gen-tokens "$TG" --repeats "$REPEATS" \
@@ -148,38 +161,58 @@ PY
 done
 
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')
-echo
-echo "$cpu, $THREADS threads, ISA=$ISA; pp$PP and tg$TG tokens/s (themisto: median of $REPEATS; llama.cpp: mean of $REPEATS)"
-echo
-echo "| model | weights | themisto pp$PP | llama.cpp pp$PP | ratio | themisto tg$TG | llama.cpp tg$TG | ratio |"
-echo "|---|---|---|---|---|---|---|---|"
-printf '%s\n' "${rows[@]}"
+if [ "$TABLE" != 0 ]; then
+  echo
+  echo "$cpu, $THREADS threads, ISA=$ISA; pp$PP and tg$TG tokens/s (themisto: median of $REPEATS; llama.cpp: mean of $REPEATS)"
+  echo
+  echo "| model | weights | themisto pp$PP | llama.cpp pp$PP | ratio | themisto tg$TG | llama.cpp tg$TG | ratio |"
+  echo "|---|---|---|---|---|---|---|---|"
+  printf '%s\n' "${rows[@]}"
+fi
 
 if [ -n "$RUN" ]; then
   m=${MODELS[0]}
   path=$first_path
   out=$(mktemp -d)
-  log "$m: one go: llama-bench, themisto run $RUN, llama-bench"
-  read -r pp0 tg0 < <(llama_pp_tg "$path")
-  t0=$(date +%s.%N)
-  # shellcheck disable=SC2086 # RUN is a list of arguments
-  "$THEMISTO" run --model "$m" --threads "$THREADS" --quiet --out "$out/run" $RUN >"$out/log" 2>&1 \
-    || { cat "$out/log" >&2; exit 1; }
-  t1=$(date +%s.%N)
-  read -r pp1 tg1 < <(llama_pp_tg "$path")
-  # The run's summary line (and, with THEMISTO_PHASES=1, where its passes spent their time).
-  grep -E '^(prompt|decoding passes)' "$out/log" >&2 || true
-  python3 - "$out/run/results.json" "$t0" "$t1" "$pp0" "$tg0" "$pp1" "$tg1" "$m" "$RUN" <<'PY'
-import json, sys
+  log "$m: one go ($ROUNDS round(s)): llama-bench, themisto run $RUN, llama-bench"
+  read -r pp tg < <(llama_pp_tg "$path")
+  llama=("$pp $tg")
+  walls=()
+  for round in $(seq "$ROUNDS"); do
+    rm -rf "$out/run"
+    t0=$(date +%s.%N)
+    # shellcheck disable=SC2086 # RUN is a list of arguments
+    "$THEMISTO" run --model "$m" --threads "$THREADS" --quiet --out "$out/run" $RUN >"$out/log" 2>&1 \
+      || { cat "$out/log" >&2; exit 1; }
+    t1=$(date +%s.%N)
+    walls+=("$(python3 -c "print($t1 - $t0)")")
+    read -r pp tg < <(llama_pp_tg "$path")
+    llama+=("$pp $tg")
+    # The run's summary line (and, with THEMISTO_PHASES=1, where its passes spent their time).
+    log "round $round"
+    grep -E '^(prompt|decoding passes)' "$out/log" >&2 || true
+  done
+  python3 - "$out/run/results.json" "$m" "$RUN" "${walls[*]}" "${llama[@]}" <<'PY'
+import json, statistics, sys
 r = json.load(open(sys.argv[1]))["throughput"]
-t0, t1, pp0, tg0, pp1, tg1 = map(float, sys.argv[2:8])
-wall, p, g = t1 - t0, r["prompt_tokens"], r["generated_tokens"]
-print(f"\nthemisto run {sys.argv[9]} ({sys.argv[8]}): {wall:.1f} s, {p} prompt tokens "
-      f"({100 * r['reuse_share']:.0f}% reused), {g} generated")
-for when, pp, tg in (("before", pp0, tg0), ("after", pp1, tg1)):
-    cost = p / pp + g / tg
-    print(f"llama.cpp {when}: pp {pp:.1f}, tg {tg:.1f} tokens/s; one by one {cost:.1f} s; "
-          f"the run took {wall / cost:.3f}x of it")
+m, run, walls = sys.argv[2], sys.argv[3], [float(w) for w in sys.argv[4].split()]
+llama = [tuple(map(float, x.split())) for x in sys.argv[5:]]
+p, g = r["prompt_tokens"], r["generated_tokens"]
+print(f"\nthemisto run {run} ({m}): {p} prompt tokens ({100 * r['reuse_share']:.0f}% reused), {g} generated")
+ratios = []
+for i, wall in enumerate(walls):
+    (pp0, tg0), (pp1, tg1) = llama[i], llama[i + 1]
+    before, after = p / pp0 + g / tg0, p / pp1 + g / tg1
+    if i == 0:
+        print(f"llama.cpp before: pp {pp0:.1f}, tg {tg0:.1f} tokens/s; one by one {before:.1f} s")
+    mean = (before + after) / 2
+    ratios.append(wall / mean)
+    print(f"run {i + 1}: {wall:.1f} s; llama.cpp after: pp {pp1:.1f}, tg {tg1:.1f} tokens/s; one by one "
+          f"{after:.1f} s; the run took {wall / before:.3f}x of the cost before, {wall / after:.3f}x after, "
+          f"{wall / mean:.3f}x of their mean")
+if len(ratios) > 1:
+    print(f"median over {len(ratios)} rounds: {statistics.median(ratios):.3f}x of the mean one-by-one cost "
+          f"(rounds from {min(ratios):.3f}x to {max(ratios):.3f}x)")
 PY
   rm -rf "$out"
 fi
