@@ -722,17 +722,60 @@ fn sub_block_order_is_a_permutation_with_one_sub_block_per_slot() {
     }
 }
 
-/// In-cache throughput of the AVX-512 Q4_K token loop in both orders:
+/// In-cache throughput of the AVX-512 Q4_K token loop in both orders, and
+/// of the AVX2 k-quant kernels meeting 8 tokens as two groups of 4 or as
+/// one of 8 (the same bits):
 /// `cargo test --release --lib kquant_tile_throughput -- --ignored --nocapture`.
 #[cfg(target_arch = "x86_64")]
 #[test]
 #[ignore]
 fn kquant_tile_throughput() {
+    let rows = 16usize;
+    if dot_avx2::available() {
+        for (dt, q) in [(GgmlDType::Q4K, QType::Q4K), (GgmlDType::Q6K, QType::Q6K)] {
+            let cols = 1536usize;
+            let (w, _) = quantized(dt, q, rows, cols, 1);
+            let bytes: Vec<u8> = (0..rows).flat_map(|r| w.row(r).to_vec()).collect();
+            let ka = KActs::quantize(&values(8 * cols, 3, 1.0), cols, false);
+            let acts: [_; 8] = std::array::from_fn(|t| ka.row(t));
+            let (a4, b4): ([_; 4], [_; 4]) = (std::array::from_fn(|t| acts[t]), std::array::from_fn(|t| acts[4 + t]));
+            let (mut o8, mut o4, mut p4) = (vec![[0f32; 8]; rows], vec![[0f32; 4]; rows], vec![[0f32; 4]; rows]);
+            let n = 2_000;
+            for round in 0..3 {
+                let (mut best4, mut best8) = (0f64, 0f64);
+                for _ in 0..10 {
+                    let t0 = std::time::Instant::now();
+                    for _ in 0..n {
+                        // SAFETY: AVX2, FMA and F16C are present; the rows hold whole super-blocks.
+                        unsafe {
+                            dot_avx2::dot_k_rows::<4>(q, &bytes, &a4, &mut o4);
+                            dot_avx2::dot_k_rows::<4>(q, &bytes, &b4, &mut p4);
+                        }
+                        std::hint::black_box((&mut o4, &mut p4));
+                    }
+                    best4 = best4.max((rows * cols * 8 * n) as f64 / t0.elapsed().as_secs_f64() / 1e9);
+                    let t0 = std::time::Instant::now();
+                    for _ in 0..n {
+                        // SAFETY: as above.
+                        unsafe { dot_avx2::dot_k_rows::<8>(q, &bytes, &acts, &mut o8) };
+                        std::hint::black_box(&mut o8);
+                    }
+                    best8 = best8.max((rows * cols * 8 * n) as f64 / t0.elapsed().as_secs_f64() / 1e9);
+                }
+                for r in 0..rows {
+                    let four: Vec<f32> = o4[r].iter().chain(&p4[r]).copied().collect();
+                    assert!(four.iter().zip(&o8[r]).all(|(a, b)| a.to_bits() == b.to_bits()), "{q:?} row {r}");
+                }
+                eprintln!(
+                    "round {round}, AVX2 {q:?}, {cols} columns: 8 tokens as two groups of 4 {best4:.1}, as one of 8 {best8:.1} G multiply-adds/s (best of 10)"
+                );
+            }
+        }
+    }
     if !dot_avx512::available() {
         eprintln!("no AVX-512 VNNI");
         return;
     }
-    let rows = 16usize;
     for cols in [1536usize, 8960] {
         let (w, _) = quantized(GgmlDType::Q4K, QType::Q4K, rows, cols, 1);
         let bytes: Vec<u8> = (0..rows).flat_map(|r| w.row(r).to_vec()).collect();
