@@ -7,8 +7,8 @@
 //! into chunks that rayon's pool shares out (threads: `RAYON_NUM_THREADS`,
 //! the same setting candle reads). Inside a chunk, tokens go in blocks that
 //! stay in the L2 cache; each tile of weight rows meets a block's tokens
-//! eight (AVX-512) or four (AVX2) at a time, so each weight block is
-//! unpacked once for them (the prefill path); a single token is the
+//! eight at a time (see `token_group`), so each weight block is unpacked
+//! once for them (the prefill path); a single token is the
 //! generation path. The quantized activations go in per-thread buffers that
 //! are reused from product to product.
 
