@@ -738,18 +738,17 @@ fn acts_from<A: Acts, const N: usize>(a: &A, t0: usize) -> [A::Row<'_>; N] {
     rows
 }
 
-/// Tokens a weight tile meets at once: 8 with AVX-512; with AVX2, 8 for the
-/// 32-value types (their group kernel) and for the k-quants (each weight
+/// Tokens a weight tile of a quantized type meets at once: [`GROUP`] (8)
+/// with either SIMD set (AVX2's k-quant kernels too: each weight
 /// super-block's scales decoded and its quants unpacked once for 8 tokens
-/// instead of 4: the kernels 11% (Q4_K) and 17% (Q6_K) faster in
+/// instead of 4, 11% (Q4_K) and 17% (Q6_K) faster in
 /// `kquant_tile_throughput`, the same bits, since each token's sums are its
-/// own); else 4.
+/// own); 4 with the portable code.
 fn token_group(set: Set, t: QType) -> usize {
-    match (set, t) {
-        (Set::Avx512, _) => 8,
-        (Set::Avx2, QType::Q4_0 | QType::Q4_1 | QType::Q5_0 | QType::Q5_1 | QType::Q8_0) => GROUP,
-        (Set::Avx2, QType::Q4K | QType::Q5K | QType::Q6K) => 8,
-        _ => 4,
+    debug_assert!(!t.is_float(), "float weights take the float path");
+    match set {
+        Set::Avx512 | Set::Avx2 => GROUP,
+        Set::Scalar => 4,
     }
 }
 
