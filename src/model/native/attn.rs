@@ -157,7 +157,7 @@ impl Isa {
         match kernels {
             Kernels::Scalar => Isa::Scalar,
             _ if !simd_available() => Isa::Scalar,
-            Kernels::Avx2 | Kernels::Avx2Sums | Kernels::Avx2Vnni => Isa::Avx2,
+            Kernels::Avx2 | Kernels::Avx2Sums | Kernels::Avx2SumsV1 | Kernels::Avx2Vnni => Isa::Avx2,
             Kernels::Simd | Kernels::Avx512V1 | Kernels::Avx512 if attn_avx512::available() => Isa::Avx512,
             Kernels::Simd | Kernels::Avx512V1 | Kernels::Avx512 => Isa::Avx2,
         }

@@ -9,8 +9,10 @@
 //! with the product of the block scales. Minimums and offsets are applied once
 //! per block through the activation block sums (`d·Σq`). The k-quant types
 //! (Q4_K, Q5_K, Q6_K) meet Q8_K activations instead ([`dot_k_rows`]): integer
-//! sums over a whole super-block, one conversion per 256 values. Only the
-//! order of the float sums differs from [`super::dot_scalar`].
+//! sums over a whole super-block: in eight i32 lanes converted apart (the
+//! k-quant sums v1, [`dot_k_rows`]), or added up in integers and converted
+//! once, the portable code's bits (the sums v3, [`dot_k_rows_v3`]). Only the
+//! order of the float sums differs from [`super::dot_scalar`] otherwise.
 //!
 //! Every function here requires AVX2, FMA and F16C; callers check
 //! [`available`] first.
@@ -18,8 +20,9 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::{
     __m128, _mm256_add_epi32, _mm256_castsi256_si128, _mm256_cvtepi8_epi16, _mm256_dpbusd_avx_epi32,
-    _mm256_extracti128_si256, _mm256_setzero_si256, _mm256_slli_epi32, _mm256_sub_epi32, _mm_cvtepi32_ps,
-    _mm_cvtepu8_epi16, _mm_fmadd_ps, _mm_hadd_epi16, _mm_loadl_epi64, _mm_madd_epi16, _mm_set1_ps, _mm_setzero_ps,
+    _mm256_extracti128_si256, _mm256_setzero_si256, _mm256_slli_epi32, _mm256_sub_epi32, _mm_add_epi32,
+    _mm_cvtepi32_ps, _mm_cvtepu8_epi16, _mm_cvtsi128_si32, _mm_fmadd_ps, _mm_hadd_epi16, _mm_hadd_epi32,
+    _mm_loadl_epi64, _mm_madd_epi16, _mm_mul_ps, _mm_set1_ps, _mm_setzero_ps, _mm_shuffle_epi32, _mm_unpackhi_epi64,
 };
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::{
@@ -456,34 +459,87 @@ unsafe fn load8(t: QType, w: &[u8], i: usize) -> __m256 {
 /// Q5_K) and the Q6_K offset of 32 go through the activation sums per 16.
 /// Each token's sum is accumulated in the same order whatever `N` is.
 ///
+/// These are the k-quant sums v1 of the AVX2 sets: each of the eight i32
+/// lanes is converted and accumulated as a float of its own, and the lanes
+/// are added up at the end. [`dot_k_rows_v3`] gives the sums v3.
+///
 /// # Safety
 /// The CPU must have AVX2, FMA and F16C ([`available`]).
 #[cfg(target_arch = "x86_64")]
 pub unsafe fn dot_k_rows<const N: usize>(t: QType, w: &[u8], a: &[KActRow<'_>; N], out: &mut [[f32; N]]) {
+    k_rows::<N, false>(t, w, a, out)
+}
+
+/// [`dot_k_rows`] with the k-quant sums v3, bit for bit what the portable
+/// [`super::dot_scalar::dot_k`] gives: per super-block and token, the
+/// lanes' integer sums are added up in integers (exact: the super-block's
+/// `Σ sc·q·a`, and for Q4_K/Q5_K its `Σ m·Σa`), each total is converted
+/// once, and `acc += (d·d_a)·C`, `corr += (dmin·d_a)·M` run as scalar
+/// float steps; the result is `acc − corr`. The same integers as v1, one
+/// rounding per super-block instead of eight lanes' and their sum's.
+/// [`super::kq_avx2`] gives the same bits for prompts, sixteen rows at a
+/// time.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C ([`available`]).
+#[cfg(target_arch = "x86_64")]
+pub unsafe fn dot_k_rows_v3<const N: usize>(t: QType, w: &[u8], a: &[KActRow<'_>; N], out: &mut [[f32; N]]) {
+    k_rows::<N, true>(t, w, a, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn k_rows<const N: usize, const V3: bool>(t: QType, w: &[u8], a: &[KActRow<'_>; N], out: &mut [[f32; N]]) {
     let nsb = kact_blocks(a);
     let rb = weight_row_bytes(t, w, nsb * QK_K, out.len());
     match t {
-        QType::Q4K => rows_kk::<false, N>(w, rb, a, out),
-        QType::Q5K => rows_kk::<true, N>(w, rb, a, out),
-        QType::Q6K => rows_q6k_q8k::<N>(w, rb, a, out),
+        QType::Q4K => rows_kk::<false, N, V3>(w, rb, a, out),
+        QType::Q5K => rows_kk::<true, N, V3>(w, rb, a, out),
+        QType::Q6K => rows_q6k_q8k::<N, V3>(w, rb, a, out),
         _ => panic!("{} is not a k-quant type", t.name()),
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn rows_kk<const Q5: bool, const N: usize>(w: &[u8], rb: usize, a: &[KActRow<'_>; N], out: &mut [[f32; N]]) {
+unsafe fn rows_kk<const Q5: bool, const N: usize, const V3: bool>(
+    w: &[u8],
+    rb: usize,
+    a: &[KActRow<'_>; N],
+    out: &mut [[f32; N]],
+) {
     for (r, o) in out.iter_mut().enumerate() {
-        k45_q8k::<Q5, N>(w.get_unchecked(r * rb..(r + 1) * rb), a, o);
+        k45_q8k::<Q5, N, V3>(w.get_unchecked(r * rb..(r + 1) * rb), a, o);
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn rows_q6k_q8k<const N: usize>(w: &[u8], rb: usize, a: &[KActRow<'_>; N], out: &mut [[f32; N]]) {
+unsafe fn rows_q6k_q8k<const N: usize, const V3: bool>(
+    w: &[u8],
+    rb: usize,
+    a: &[KActRow<'_>; N],
+    out: &mut [[f32; N]],
+) {
     for (r, o) in out.iter_mut().enumerate() {
-        q6k_q8k::<N>(w.get_unchecked(r * rb..(r + 1) * rb), a, o);
+        q6k_q8k::<N, V3>(w.get_unchecked(r * rb..(r + 1) * rb), a, o);
     }
+}
+
+/// The sum of the eight i32 lanes of `v` (exact while it fits).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(super) unsafe fn hsum_i32(v: __m256i) -> i32 {
+    let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    hsum_i32x4(s)
+}
+
+/// The sum of the four i32 lanes of `v`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn hsum_i32x4(s: __m128i) -> i32 {
+    let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32::<1>(s)))
 }
 
 /// The eight 6-bit scales and eight 6-bit minimums of a Q4_K/Q5_K
@@ -516,7 +572,7 @@ unsafe fn hsum128(v: __m128) -> f32 {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn k45_q8k<const Q5: bool, const N: usize>(w: &[u8], a: &[KActRow<'_>; N], out: &mut [f32; N]) {
+unsafe fn k45_q8k<const Q5: bool, const N: usize, const V3: bool>(w: &[u8], a: &[KActRow<'_>; N], out: &mut [f32; N]) {
     let bb = if Q5 { 176 } else { 144 };
     let qs_off = if Q5 { 48 } else { 16 };
     let nsb = w.len() / bb;
@@ -524,11 +580,16 @@ unsafe fn k45_q8k<const Q5: bool, const N: usize>(w: &[u8], a: &[KActRow<'_>; N]
     let sixteen = _mm256_set1_epi8(0x10);
     let mut acc = [_mm256_setzero_ps(); N];
     let mut accm = [_mm_setzero_ps(); N];
+    // The sums v3: `acc` and `corr` as lanes 0 and 1 (each lane's
+    // operations are the portable code's scalar ones).
+    let mut acc3 = [_mm_setzero_ps(); N];
     for sb in 0..nsb {
         let p = w.as_ptr().add(bb * sb);
         prefetch(p, bb);
         let d = f16_at(p);
         let dmin = f16_at(p.add(2));
+        // [d, dmin, 0, 0] for the sums v3.
+        let dmins = _mm_cvtph_ps(_mm_cvtsi32_si128(std::ptr::read_unaligned(p as *const i32)));
         let (sc, mn) = scales_mins(p.add(4));
         let mins = _mm_cvtepu8_epi16(_mm_loadl_epi64(mn.as_ptr() as *const __m128i));
         let qh = if Q5 { _mm256_loadu_si256(p.add(16) as *const __m256i) } else { _mm256_setzero_si256() };
@@ -557,24 +618,38 @@ unsafe fn k45_q8k<const Q5: bool, const N: usize>(w: &[u8], a: &[KActRow<'_>; N]
         for i in 0..N {
             let r = &a[i];
             let da = *r.d.get_unchecked(sb);
-            acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * da), _mm256_cvtepi32_ps(sumi[i]), acc[i]);
             let bs = _mm256_loadu_si256(r.bsums.as_ptr().add(16 * sb) as *const __m256i);
             let s32 = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
             let m = _mm_madd_epi16(mins, s32);
-            accm[i] = _mm_fmadd_ps(_mm_set1_ps(dmin * da), _mm_cvtepi32_ps(m), accm[i]);
+            if V3 {
+                // [C, M, C, M]: the lanes' integer sums (exact), converted.
+                let v = _mm_add_epi32(_mm256_castsi256_si128(sumi[i]), _mm256_extracti128_si256(sumi[i], 1));
+                let t = _mm_hadd_epi32(v, m);
+                let cm = _mm_cvtepi32_ps(_mm_hadd_epi32(t, t));
+                let dd = _mm_mul_ps(dmins, _mm_set1_ps(da));
+                acc3[i] = _mm_add_ps(acc3[i], _mm_mul_ps(dd, cm));
+            } else {
+                acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * da), _mm256_cvtepi32_ps(sumi[i]), acc[i]);
+                accm[i] = _mm_fmadd_ps(_mm_set1_ps(dmin * da), _mm_cvtepi32_ps(m), accm[i]);
+            }
         }
     }
     for i in 0..N {
-        out[i] = hsum(acc[i]) - hsum128(accm[i]);
+        out[i] = if V3 {
+            _mm_cvtss_f32(acc3[i]) - _mm_cvtss_f32(_mm_movehdup_ps(acc3[i]))
+        } else {
+            hsum(acc[i]) - hsum128(accm[i])
+        };
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn q6k_q8k<const N: usize>(w: &[u8], a: &[KActRow<'_>; N], out: &mut [f32; N]) {
+unsafe fn q6k_q8k<const N: usize, const V3: bool>(w: &[u8], a: &[KActRow<'_>; N], out: &mut [f32; N]) {
     let nsb = w.len() / 210;
     let mut acc = [_mm256_setzero_ps(); N];
+    let mut acc3 = [0f32; N];
     let low = _mm256_set1_epi8(0x0f);
     let three = _mm256_set1_epi8(0x03);
     for sb in 0..nsb {
@@ -609,10 +684,15 @@ unsafe fn q6k_q8k<const N: usize>(w: &[u8], a: &[KActRow<'_>; N], out: &mut [f32
             let r = &a[i];
             let bs = _mm256_loadu_si256(r.bsums.as_ptr().add(16 * sb) as *const __m256i);
             let s = _mm256_sub_epi32(sumi[i], _mm256_slli_epi32(_mm256_madd_epi16(sc16, bs), 5));
-            acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * *r.d.get_unchecked(sb)), _mm256_cvtepi32_ps(s), acc[i]);
+            if V3 {
+                acc3[i] += d * *r.d.get_unchecked(sb) * hsum_i32(s) as f32;
+            } else {
+                acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * *r.d.get_unchecked(sb)), _mm256_cvtepi32_ps(s), acc[i]);
+            }
         }
     }
     for i in 0..N {
-        out[i] = hsum(acc[i]);
+        // v3: `acc − 0`, as the portable code subtracts its zero `corr`.
+        out[i] = if V3 { acc3[i] - 0.0 } else { hsum(acc[i]) };
     }
 }

@@ -135,9 +135,10 @@ pub enum Kernels {
     /// operations use AVX2 too.
     Avx2,
     /// What `Simd` is on a CPU with AVX2 and no AVX-512: the AVX2 products
-    /// with the block sums (v3) of Q4_0 and Q4_1, AVX2 attention, even where
-    /// AVX-512 is present (`THEMISTO_NATIVE_KERNELS=avx2-sums`), so that an
-    /// AVX-512 machine can reproduce and time an AVX2 machine's runs.
+    /// with the block sums (v3) of Q4_0 and Q4_1 and the k-quant sums v3 of
+    /// Q4_K, Q5_K and Q6_K (see [`Kernels::kquant_v3`]), AVX2 attention, even
+    /// where AVX-512 is present (`THEMISTO_NATIVE_KERNELS=avx2-sums`), so
+    /// that an AVX-512 machine can reproduce and time an AVX2 machine's runs.
     Avx2Sums,
     /// What `Simd` is on a CPU with AVX2 and AVX-VNNI but no AVX-512:
     /// `Avx2Sums` with the integer sums of the block sums (v3) and of the
@@ -147,6 +148,13 @@ pub enum Kernels {
     /// present (`THEMISTO_NATIVE_KERNELS=avx2-vnni`); `Avx2Sums` where the
     /// CPU lacks AVX-VNNI.
     Avx2Vnni,
+    /// `Avx2Sums` with the AVX2 k-quant products of themisto before the
+    /// k-quant sums v3 (see [`super::dot_avx2::dot_k_rows_v3`]): each
+    /// super-block's eight i32 lanes are converted and summed as floats, so
+    /// their results differ in the last bits. What AVX2 machines ran by
+    /// default until then ("AVX2 (block sums v3)" in their records), for
+    /// reproducing their results (`THEMISTO_NATIVE_KERNELS=avx2-sums-v1`).
+    Avx2SumsV1,
     /// `Simd` with the AVX-512 k-quant products of themisto before the
     /// sub-block order (see [`super::dot_avx512::KBlock`]): they scale each
     /// 64 values' pair sums, so their float sums differ in the last bits.
@@ -188,6 +196,7 @@ impl Kernels {
             | Kernels::Avx512
             | Kernels::Avx2
             | Kernels::Avx2Sums
+            | Kernels::Avx2SumsV1
             | Kernels::Avx2Vnni
                 if dot_avx2::available() =>
             {
@@ -202,9 +211,17 @@ impl Kernels {
     pub fn block_sums(self) -> bool {
         match self {
             Kernels::Simd => matches!(self.set(), Set::Avx512 | Set::Avx2),
-            Kernels::Avx2Sums | Kernels::Avx2Vnni => self.set() == Set::Avx2,
+            Kernels::Avx2Sums | Kernels::Avx2SumsV1 | Kernels::Avx2Vnni => self.set() == Set::Avx2,
             _ => false,
         }
+    }
+
+    /// True when the AVX2 k-quant products give the k-quant sums v3
+    /// ([`super::dot_avx2::dot_k_rows_v3`], [`super::kq_avx2`]; bit for bit
+    /// the portable code's): where the AVX2 sets run with the block sums,
+    /// except [`Kernels::Avx2SumsV1`].
+    pub fn kquant_v3(self) -> bool {
+        self.set() == Set::Avx2 && self.block_sums() && self != Kernels::Avx2SumsV1
     }
 
     /// True when the AVX2 products of the 32-value types (block sums
@@ -223,14 +240,18 @@ impl Kernels {
     /// (the default), "AVX-512 VNNI (k-quant sums v2)" ([`Kernels::Avx512`]:
     /// the default before the block sums), "AVX-512
     /// VNNI (k-quant sums v1)" ([`Kernels::Avx512V1`]; what records before v2
-    /// call "AVX-512 VNNI"), "AVX2 (block sums v3)", "AVX2 with AVX-VNNI
-    /// (block sums v3)" (the same bits), "AVX2" or "portable".
+    /// call "AVX-512 VNNI"), "AVX2 (k-quant sums v3, block sums v3)", "AVX2
+    /// with AVX-VNNI (k-quant sums v3, block sums v3)" (the same bits), "AVX2
+    /// (block sums v3)" ([`Kernels::Avx2SumsV1`]; records before the sums v3
+    /// also say "AVX2 with AVX-VNNI (block sums v3)" for these bits), "AVX2"
+    /// or "portable".
     pub fn name(self) -> &'static str {
         match self.set() {
             Set::Avx512 if self.block_sums() => "AVX-512 VNNI (k-quant sums v2, block sums v3)",
             Set::Avx512 if self == Kernels::Avx512V1 => "AVX-512 VNNI (k-quant sums v1)",
             Set::Avx512 => "AVX-512 VNNI (k-quant sums v2)",
-            Set::Avx2 if self.avx_vnni() => "AVX2 with AVX-VNNI (block sums v3)",
+            Set::Avx2 if self.avx_vnni() => "AVX2 with AVX-VNNI (k-quant sums v3, block sums v3)",
+            Set::Avx2 if self.kquant_v3() => "AVX2 (k-quant sums v3, block sums v3)",
             Set::Avx2 if self.block_sums() => "AVX2 (block sums v3)",
             Set::Avx2 => "AVX2",
             Set::Scalar => "portable",
@@ -245,6 +266,14 @@ struct Out(*mut f32);
 // the parallel region (see `matmul`).
 unsafe impl Send for Out {}
 unsafe impl Sync for Out {}
+
+/// What the AVX2 kernels run with beyond the set: AVX-VNNI for the 32-value
+/// types (`vnni`, the same bits), the k-quant sums v3 (`kv3`).
+#[derive(Clone, Copy)]
+struct Opts {
+    vnni: bool,
+    kv3: bool,
+}
 
 /// For each `(w, y)`: `y[t * w.rows + r] = Σ_c x[t * cols + c] · w[r][c]`,
 /// for the `tokens` rows of `x`. All matrices have `cols` columns.
@@ -279,7 +308,7 @@ pub fn matmul(jobs: &mut [(&QMatrix, &mut [f32])], x: &[f32], tokens: usize, ker
     if qk {
         ka.quantize_into(x, cols, sub, set != Set::Scalar);
     }
-    run_jobs(jobs, x, tokens, q32.then_some(&qa), qk.then_some(&ka), set, bsum, vnni);
+    run_jobs(jobs, x, tokens, q32.then_some(&qa), qk.then_some(&ka), set, bsum, vnni, kernels.kquant_v3());
     ACTS.set((qa, ka));
 }
 
@@ -308,6 +337,17 @@ pub fn warm_thread(mats: &[&QMatrix], rows: usize, kernels: Kernels) {
             let tile = &w.packed()[..w.cols / QK * super::bsum::PACKED_BLOCK];
             // SAFETY: `Set::Avx2` is only chosen when the CPU has AVX2, FMA and F16C.
             AVX2_TILE.with_borrow_mut(|u| unsafe { super::bsum::unpack_avx2(w.qtype, tile, u) });
+        }
+        #[cfg(target_arch = "x86_64")]
+        if set == Set::Avx2
+            && kernels.kquant_v3()
+            && super::kq_avx2::takes(w.qtype)
+            && rows >= super::kq_avx2::min_tokens(w.qtype)
+        {
+            let n = TILE.min(w.rows);
+            let tile = &w.data.as_slice()[..n * w.row_bytes];
+            // SAFETY: `Set::Avx2` is only chosen when the CPU has AVX2, FMA and F16C.
+            KQ_TILE.with_borrow_mut(|u| unsafe { super::kq_avx2::unpack(w.qtype, tile, n, w.cols, u) });
         }
         #[cfg(target_arch = "x86_64")]
         if set == Set::Avx512 {
@@ -360,6 +400,7 @@ fn run_jobs(
     set: Set,
     bsum: bool,
     vnni: bool,
+    kv3: bool,
 ) {
     let cols = x.len() / tokens.max(1);
     let total: usize = jobs.iter().map(|(w, _)| w.rows).sum();
@@ -395,10 +436,10 @@ fn run_jobs(
             }
             let (r0, r1) = (i * chunk, ((i + 1) * chunk).min(w.rows));
             match (acts, kacts) {
-                (_, Some(a)) if w.qtype.is_kquant() => rows_q(w, a, r0..r1, out, set, false),
+                (_, Some(a)) if w.qtype.is_kquant() => rows_q(w, a, r0..r1, out, set, Opts { vnni: false, kv3 }),
                 #[cfg(target_arch = "x86_64")]
                 (Some(a), _) if bsum && super::bsum::takes(w.qtype) => rows_bsum(w, a, r0..r1, out, set, vnni),
-                (Some(a), _) if !w.qtype.is_float() => rows_q(w, a, r0..r1, out, set, vnni),
+                (Some(a), _) if !w.qtype.is_float() => rows_q(w, a, r0..r1, out, set, Opts { vnni, kv3: false }),
                 _ => rows_f(w, x, cols, tokens, r0..r1, out, set),
             }
             return;
@@ -430,7 +471,7 @@ trait Acts {
     /// # Safety
     /// The CPU must have AVX2, FMA and F16C, and AVX-VNNI for `vnni`.
     #[cfg(target_arch = "x86_64")]
-    unsafe fn avx2<const N: usize>(t: QType, w: &[u8], a: &[Self::Row<'_>; N], out: &mut [[f32; N]], vnni: bool);
+    unsafe fn avx2<const N: usize>(t: QType, w: &[u8], a: &[Self::Row<'_>; N], out: &mut [[f32; N]], opts: Opts);
     /// The AVX-512 kernel for `out.len()` consecutive weight rows in `w`.
     ///
     /// # Safety
@@ -460,7 +501,25 @@ trait Acts {
     /// # Safety
     /// As [`Acts::avx2`].
     #[cfg(target_arch = "x86_64")]
-    unsafe fn avx2_group(&self, _t: QType, _w: &[u8], _t0: usize, _out: &mut [[f32; GROUP]], _vnni: bool) -> bool {
+    unsafe fn avx2_group(&self, _t: QType, _w: &[u8], _t0: usize, _out: &mut [[f32; GROUP]], _opts: Opts) -> bool {
+        false
+    }
+    /// Weight rows `rows` (at most [`TILE`]) of `w` times activation rows
+    /// `ts` into the output with the AVX2 k-quant tiles of
+    /// [`super::kq_avx2`] (the k-quant sums v3), when this format and weight
+    /// type have them: they must give what [`Acts::avx2`] gives with
+    /// `kv3`.
+    ///
+    /// # Safety
+    /// As [`Acts::avx2`]; `out` is the product's output.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn avx2_tile(
+        &self,
+        _w: &QMatrix,
+        _rows: std::ops::Range<usize>,
+        _ts: std::ops::Range<usize>,
+        _out: Out,
+    ) -> bool {
         false
     }
     /// Unpack weight rows `w` of `cols` values into `u` for
@@ -502,8 +561,8 @@ impl Acts for QActs {
         QActs::row(self, r)
     }
     #[cfg(target_arch = "x86_64")]
-    unsafe fn avx2<const N: usize>(t: QType, w: &[u8], a: &[ActRow<'_>; N], out: &mut [[f32; N]], vnni: bool) {
-        dot_avx2::dot_q_rows::<N>(t, w, a, out, vnni)
+    unsafe fn avx2<const N: usize>(t: QType, w: &[u8], a: &[ActRow<'_>; N], out: &mut [[f32; N]], opts: Opts) {
+        dot_avx2::dot_q_rows::<N>(t, w, a, out, opts.vnni)
     }
     #[cfg(target_arch = "x86_64")]
     unsafe fn avx512<const N: usize>(t: QType, w: &[u8], a: &[ActRow<'_>; N], out: &mut [[f32; N]]) {
@@ -527,9 +586,9 @@ impl Acts for QActs {
         }
     }
     #[cfg(target_arch = "x86_64")]
-    unsafe fn avx2_group(&self, t: QType, w: &[u8], t0: usize, out: &mut [[f32; GROUP]], vnni: bool) -> bool {
+    unsafe fn avx2_group(&self, t: QType, w: &[u8], t0: usize, out: &mut [[f32; GROUP]], opts: Opts) -> bool {
         match self.group(t0) {
-            Some(g) => dot_avx2::dot_q_group(t, w, &g, out, vnni),
+            Some(g) => dot_avx2::dot_q_group(t, w, &g, out, opts.vnni),
             None => false,
         }
     }
@@ -564,9 +623,35 @@ impl Acts for KActs {
         KActs::row(self, r)
     }
     #[cfg(target_arch = "x86_64")]
-    unsafe fn avx2<const N: usize>(t: QType, w: &[u8], a: &[KActRow<'_>; N], out: &mut [[f32; N]], _vnni: bool) {
+    unsafe fn avx2<const N: usize>(t: QType, w: &[u8], a: &[KActRow<'_>; N], out: &mut [[f32; N]], opts: Opts) {
         // The k-quant kernels weight pair sums by 16-bit scales: no AVX-VNNI.
-        dot_avx2::dot_k_rows::<N>(t, w, a, out)
+        if opts.kv3 {
+            dot_avx2::dot_k_rows_v3::<N>(t, w, a, out)
+        } else {
+            dot_avx2::dot_k_rows::<N>(t, w, a, out)
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn avx2_tile(
+        &self,
+        w: &QMatrix,
+        rows: std::ops::Range<usize>,
+        ts: std::ops::Range<usize>,
+        out: Out,
+    ) -> bool {
+        if !super::kq_avx2::takes(w.qtype) || ts.len() < super::kq_avx2::min_tokens(w.qtype) {
+            return false;
+        }
+        let bytes = &w.data.as_slice()[rows.start * w.row_bytes..rows.end * w.row_bytes];
+        KQ_TILE.with_borrow_mut(|u| {
+            // SAFETY: the caller's: AVX2, FMA and F16C; (ts, rows) is inside
+            // the output and only this task writes those rows.
+            unsafe {
+                super::kq_avx2::unpack(w.qtype, bytes, rows.len(), w.cols, u);
+                super::kq_avx2::dot(u, self, ts.clone(), out.0.add(ts.start * w.rows + rows.start), w.rows);
+            }
+        });
+        true
     }
     #[cfg(target_arch = "x86_64")]
     unsafe fn avx512<const N: usize>(t: QType, w: &[u8], a: &[KActRow<'_>; N], out: &mut [[f32; N]]) {
@@ -594,6 +679,9 @@ impl Acts for KActs {
 
 /// Weight rows per kernel call (the results of a tile stay on the stack).
 pub(super) const TILE: usize = 16;
+// The AVX2 k-quant tiles are the row tiles.
+#[cfg(target_arch = "x86_64")]
+const _: () = assert!(TILE == super::kq_avx2::ROWS);
 
 /// Bytes of quantized activations a block of tokens may take: the tokens of
 /// a block meet every row tile of the chunk while they stay in the L2 cache.
@@ -604,7 +692,7 @@ const TOKEN_BLOCK_BYTES: usize = 512 * 1024;
 /// tokens in groups (see [`token_group`]), then the remainder by halves.
 /// How tokens are grouped never changes a result: the kernels compute each
 /// token's sum in the same order whatever their `N`.
-fn rows_q<A: Acts>(w: &QMatrix, a: &A, rows: std::ops::Range<usize>, out: Out, set: Set, vnni: bool) {
+fn rows_q<A: Acts>(w: &QMatrix, a: &A, rows: std::ops::Range<usize>, out: Out, set: Set, opts: Opts) {
     let tokens = a.rows();
     let group = token_group(set, w.qtype);
     let block = (TOKEN_BLOCK_BYTES / w.cols.max(1)).max(group) / group * group;
@@ -620,7 +708,7 @@ fn rows_q<A: Acts>(w: &QMatrix, a: &A, rows: std::ops::Range<usize>, out: Out, s
                     // SAFETY: `Set::Avx512` is only chosen when the CPU has what it needs.
                     let ok = unsafe { a.avx512_unpack(w.qtype, bytes, w.cols, u) };
                     if ok {
-                        tile_tokens(w, tile.clone(), a, tb..te, out, set, vnni, Some(u));
+                        tile_tokens(w, tile.clone(), a, tb..te, out, set, opts, Some(u));
                     }
                     ok
                 });
@@ -628,7 +716,14 @@ fn rows_q<A: Acts>(w: &QMatrix, a: &A, rows: std::ops::Range<usize>, out: Out, s
                     continue;
                 }
             }
-            tile_tokens(w, tile, a, tb..te, out, set, vnni, None);
+            // Many tokens (see `kq_avx2::min_tokens`), the k-quant sums v3: AVX2
+            // unpacks the tile once.
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `Set::Avx2` is only chosen when the CPU has AVX2, FMA and F16C.
+            if set == Set::Avx2 && opts.kv3 && unsafe { a.avx2_tile(w, tile.clone(), tb..te, out) } {
+                continue;
+            }
+            tile_tokens(w, tile, a, tb..te, out, set, opts, None);
         }
     }
 }
@@ -724,6 +819,9 @@ thread_local! {
     /// Each thread's weight tile unpacked for the AVX2 block sums of
     /// prompts (reused, see [`rows_bsum`]).
     static AVX2_TILE: std::cell::RefCell<super::bsum::Unpacked> = std::cell::RefCell::default();
+    /// Each thread's k-quant weight tile unpacked for the AVX2 products of
+    /// prompts (reused, see [`rows_q`]).
+    static KQ_TILE: std::cell::RefCell<super::kq_avx2::Unpacked> = std::cell::RefCell::default();
 }
 
 /// Activation rows `t0..t0 + N`. A plain loop, inlined: through
@@ -772,7 +870,7 @@ fn tile_tokens<A: Acts>(
     ts: std::ops::Range<usize>,
     out: Out,
     set: Set,
-    vnni: bool,
+    opts: Opts,
     unpacked: Option<&Unpacked>,
 ) {
     let group = token_group(set, w.qtype);
@@ -785,10 +883,10 @@ fn tile_tokens<A: Acts>(
             _ => 1,
         };
         match n {
-            8 => dot_n::<A, 8>(w, tile.clone(), a, t, out, set, vnni, unpacked),
-            4 => dot_n::<A, 4>(w, tile.clone(), a, t, out, set, vnni, unpacked),
-            2 => dot_n::<A, 2>(w, tile.clone(), a, t, out, set, vnni, unpacked),
-            _ => dot_n::<A, 1>(w, tile.clone(), a, t, out, set, vnni, unpacked),
+            8 => dot_n::<A, 8>(w, tile.clone(), a, t, out, set, opts, unpacked),
+            4 => dot_n::<A, 4>(w, tile.clone(), a, t, out, set, opts, unpacked),
+            2 => dot_n::<A, 2>(w, tile.clone(), a, t, out, set, opts, unpacked),
+            _ => dot_n::<A, 1>(w, tile.clone(), a, t, out, set, opts, unpacked),
         }
         t += n;
     }
@@ -804,7 +902,7 @@ fn dot_n<A: Acts, const N: usize>(
     t0: usize,
     out: Out,
     set: Set,
-    vnni: bool,
+    opts: Opts,
     unpacked: Option<&Unpacked>,
 ) {
     let mut o = [[0f32; N]; TILE];
@@ -817,7 +915,7 @@ fn dot_n<A: Acts, const N: usize>(
         let done = unsafe {
             match set {
                 Set::Avx512 => a.avx512_group(w.qtype, bytes, t0, &mut g[..n], unpacked),
-                _ => a.avx2_group(w.qtype, bytes, t0, &mut g[..n], vnni),
+                _ => a.avx2_group(w.qtype, bytes, t0, &mut g[..n], opts),
             }
         };
         if done {
@@ -838,7 +936,7 @@ fn dot_n<A: Acts, const N: usize>(
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `Set::Avx2` is only chosen when the CPU has AVX2, FMA and
         // F16C, `vnni` only when it also has AVX-VNNI.
-        Set::Avx2 => unsafe { A::avx2::<N>(w.qtype, bytes, &acts, &mut o[..n], vnni) },
+        Set::Avx2 => unsafe { A::avx2::<N>(w.qtype, bytes, &acts, &mut o[..n], opts) },
         _ => {
             let _ = unpacked;
             for (k, o) in o[..n].iter_mut().enumerate() {

@@ -31,6 +31,8 @@ pub mod dot_avx2;
 pub mod dot_avx512;
 pub mod dot_scalar;
 pub mod forward;
+#[cfg(target_arch = "x86_64")]
+pub mod kq_avx2;
 pub mod kv;
 pub mod loader;
 pub mod matmul;
@@ -54,7 +56,8 @@ const CHUNK: usize = 512;
 /// Environment variable that forces the portable kernels (`scalar`), the
 /// AVX2 products without the block sums, also where AVX-512 is present
 /// (`avx2`, see [`Kernels::Avx2`]), what an AVX2-only CPU runs by default
-/// (`avx2-sums`, see [`Kernels::Avx2Sums`]), what a CPU with AVX2 and
+/// (`avx2-sums`, see [`Kernels::Avx2Sums`]), what it ran before the AVX2
+/// k-quant sums v3 (`avx2-sums-v1`, see [`Kernels::Avx2SumsV1`]), what a CPU with AVX2 and
 /// AVX-VNNI but no AVX-512 runs by default (`avx2-vnni`, see
 /// [`Kernels::Avx2Vnni`]), the AVX-512 products
 /// without the block sums (`avx512`, see [`Kernels::Avx512`]), or
@@ -68,6 +71,7 @@ pub fn kernels_from_env() -> Kernels {
         Ok("scalar") => Kernels::Scalar,
         Ok("avx2") => Kernels::Avx2,
         Ok("avx2-sums") => Kernels::Avx2Sums,
+        Ok("avx2-sums-v1") => Kernels::Avx2SumsV1,
         Ok("avx2-vnni") => Kernels::Avx2Vnni,
         Ok("avx512-v1") => Kernels::Avx512V1,
         Ok("avx512") => Kernels::Avx512,

@@ -12,10 +12,11 @@ use candle_core::{Device, Tensor};
 
 /// Every kernel set (on a CPU without AVX-512 or AVX2, `Simd` and `Avx2`
 /// fall back to what it has, so the list is always safe to run).
-const KERNEL_SETS: [Kernels; 7] = [
+const KERNEL_SETS: [Kernels; 8] = [
     Kernels::Scalar,
     Kernels::Avx2,
     Kernels::Avx2Sums,
+    Kernels::Avx2SumsV1,
     Kernels::Avx2Vnni,
     Kernels::Avx512V1,
     Kernels::Avx512,
@@ -368,6 +369,88 @@ fn block_sums_are_exact_bit_for_bit() {
     }
 }
 
+/// The k-quant sums v3 of the AVX2 sets are the portable code's bits: the
+/// row kernels ([`dot_avx2::dot_k_rows_v3`]) for 1, 4 and 8 tokens, the
+/// unpacked tiles of [`super::kq_avx2`] (called directly, for 1 to 5 tokens
+/// on whole and partial tiles), and whole products with `Avx2Sums` (from
+/// 16 tokens through the tiles) against `Scalar`. `Avx2SumsV1` keeps the
+/// sums v1 ([`dot_avx2::dot_k_rows`]). Mutation checks: the Q4_K minimums'
+/// pairs swapped in the tile, or the Q6_K offset's shift 4 instead of 5,
+/// fail it.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn avx2_kquant_sums_v3_are_the_portable_bits() {
+    use super::kq_avx2;
+    if !dot_avx2::available() {
+        eprintln!("no AVX2: k-quant sums v3 not tested");
+        return;
+    }
+    assert!(Kernels::Avx2Sums.kquant_v3() && !Kernels::Avx2SumsV1.kquant_v3() && !Kernels::Avx2.kquant_v3());
+    assert_eq!(Kernels::Avx2Sums.name(), "AVX2 (k-quant sums v3, block sums v3)");
+    assert_eq!(Kernels::Avx2SumsV1.name(), "AVX2 (block sums v3)");
+    for (dt, q) in TYPES.iter().copied().filter(|(_, q)| q.is_kquant()) {
+        for (rows, cols) in [(16usize, 256usize), (5, 768), (37, 1536)] {
+            let (w, _) = quantized(dt, q, rows, cols, 11);
+            let bytes: Vec<u8> = (0..rows).flat_map(|r| w.row(r).to_vec()).collect();
+            let rb = bytes.len() / rows;
+            let x = values(8 * cols, 12, 1.0);
+            let a = KActs::quantize(&x, cols, false);
+            let want = |r: usize, t: usize| dot_scalar::dot_k(q, w.row(r), a.row(t)).to_bits();
+            let acts: [_; 8] = std::array::from_fn(|t| a.row(t));
+            let mut o8 = vec![[0f32; 8]; rows];
+            let mut o1 = vec![[0f32; 1]; rows];
+            let mut v1 = vec![[0f32; 8]; rows];
+            // SAFETY: checked `available` above.
+            unsafe {
+                dot_avx2::dot_k_rows_v3::<8>(q, &bytes, &acts, &mut o8);
+                dot_avx2::dot_k_rows_v3::<1>(q, &bytes, &[a.row(3)], &mut o1);
+                dot_avx2::dot_k_rows::<8>(q, &bytes, &acts, &mut v1);
+            }
+            let mut differ = 0;
+            for r in 0..rows {
+                for t in 0..8 {
+                    assert_eq!(o8[r][t].to_bits(), want(r, t), "{q:?} {rows}×{cols}: row {r}, token {t}");
+                    differ += usize::from(v1[r][t].to_bits() != want(r, t));
+                }
+                assert_eq!(o1[r][0].to_bits(), want(r, 3), "{q:?}: one token");
+            }
+            if kq_avx2::takes(q) {
+                assert!(differ > 0, "{q:?}: the sums v1 are other bits");
+                let mut u = kq_avx2::Unpacked::default();
+                for r0 in (0..rows).step_by(kq_avx2::ROWS) {
+                    let n = (rows - r0).min(kq_avx2::ROWS);
+                    for tokens in 1..=5usize {
+                        let mut out = vec![f32::NAN; tokens * rows];
+                        // SAFETY: as above; `out` has room for the tile's rows of every token.
+                        unsafe {
+                            kq_avx2::unpack(q, &bytes[r0 * rb..(r0 + n) * rb], n, cols, &mut u);
+                            kq_avx2::dot(&u, &a, 2..2 + tokens, out.as_mut_ptr().add(r0), rows);
+                        }
+                        for t in 0..tokens {
+                            for r in r0..r0 + n {
+                                assert_eq!(
+                                    out[t * rows + r].to_bits(),
+                                    want(r, 2 + t),
+                                    "{q:?} tile at {r0}: ({t}, {r})"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+            for tokens in [1usize, 3, 8, 16, 17, 33] {
+                let x = values(tokens * cols, 40 + tokens as u64, 1.0);
+                let (mut y, mut z) = (vec![0f32; tokens * rows], vec![0f32; tokens * rows]);
+                matmul(&mut [(&w, &mut y[..])], &x, tokens, Kernels::Avx2Sums);
+                matmul(&mut [(&w, &mut z[..])], &x, tokens, Kernels::Scalar);
+                for (i, (g, e)) in y.iter().zip(&z).enumerate() {
+                    assert_eq!(g.to_bits(), e.to_bits(), "{q:?} {rows}×{cols}, {tokens} tokens: value {i}");
+                }
+            }
+        }
+    }
+}
+
 /// AVX-VNNI (`Kernels::Avx2Vnni`) gives the bits of the AVX2 kernels
 /// (`Kernels::Avx2Sums`) for every weight type, with token counts that take
 /// every path: one token and the 2- and 4-token kernels, the 8-token group
@@ -381,7 +464,7 @@ fn avx_vnni_products_give_the_avx2_bits() {
         eprintln!("no AVX-VNNI: AVX-VNNI kernels not tested");
         return;
     }
-    assert_eq!(Kernels::Avx2Vnni.name(), "AVX2 with AVX-VNNI (block sums v3)");
+    assert_eq!(Kernels::Avx2Vnni.name(), "AVX2 with AVX-VNNI (k-quant sums v3, block sums v3)");
     for (dt, q) in TYPES {
         for (rows, cols) in [(37usize, 256usize), (16, 768)] {
             let (w, _) = quantized(dt, q, rows, cols, 3);
@@ -732,7 +815,7 @@ fn sub_block_order_is_a_permutation_with_one_sub_block_per_slot() {
 fn kquant_tile_throughput() {
     let rows = 16usize;
     if dot_avx2::available() {
-        for (dt, q) in [(GgmlDType::Q4K, QType::Q4K), (GgmlDType::Q6K, QType::Q6K)] {
+        for (dt, q) in [(GgmlDType::Q4K, QType::Q4K), (GgmlDType::Q5K, QType::Q5K), (GgmlDType::Q6K, QType::Q6K)] {
             let cols = 1536usize;
             let (w, _) = quantized(dt, q, rows, cols, 1);
             let bytes: Vec<u8> = (0..rows).flat_map(|r| w.row(r).to_vec()).collect();
@@ -769,6 +852,53 @@ fn kquant_tile_throughput() {
                 eprintln!(
                     "round {round}, AVX2 {q:?}, {cols} columns: 8 tokens as two groups of 4 {best4:.1}, as one of 8 {best8:.1} G multiply-adds/s (best of 10)"
                 );
+            }
+            // The k-quant sums v3: 64 tokens, the tile unpacked once for
+            // them (its cost included), against the row kernels v1 and v3
+            // in groups of 8.
+            for tokens in [8usize, 16, 64] {
+                let ka = KActs::quantize(&values(tokens * cols, 5, 1.0), cols, false);
+                let mut u = super::kq_avx2::Unpacked::default();
+                let mut out = vec![0f32; tokens * rows];
+                let n = 12_800 / tokens;
+                let rate =
+                    |t0: std::time::Instant| (rows * cols * tokens * n) as f64 / t0.elapsed().as_secs_f64() / 1e9;
+                for round in 0..3 {
+                    let (mut tile, mut v1, mut v3) = (0f64, 0f64, 0f64);
+                    for _ in 0..10 {
+                        let t0 = std::time::Instant::now();
+                        for _ in 0..n {
+                            // SAFETY: AVX2, FMA and F16C are present; `out` holds 64 tokens of 16 rows.
+                            unsafe {
+                                super::kq_avx2::unpack(q, &bytes, rows, cols, &mut u);
+                                super::kq_avx2::dot(&u, &ka, 0..tokens, out.as_mut_ptr(), rows);
+                            }
+                            std::hint::black_box(&mut out);
+                        }
+                        tile = tile.max(rate(t0));
+                        for (v3_sums, best) in [(false, &mut v1), (true, &mut v3)] {
+                            let t0 = std::time::Instant::now();
+                            for _ in 0..n {
+                                for g in 0..tokens / 8 {
+                                    let acts: [_; 8] = std::array::from_fn(|t| ka.row(8 * g + t));
+                                    // SAFETY: as above.
+                                    unsafe {
+                                        if v3_sums {
+                                            dot_avx2::dot_k_rows_v3::<8>(q, &bytes, &acts, &mut o8)
+                                        } else {
+                                            dot_avx2::dot_k_rows::<8>(q, &bytes, &acts, &mut o8)
+                                        }
+                                    };
+                                    std::hint::black_box(&mut o8);
+                                }
+                            }
+                            *best = best.max(rate(t0));
+                        }
+                    }
+                    eprintln!(
+                    "round {round}, AVX2 {q:?}, {cols} columns, {tokens} tokens: rows v1 {v1:.1}, rows v3 {v3:.1}, tile v3 {tile:.1} G multiply-adds/s (best of 10)"
+                );
+                }
             }
         }
     }
