@@ -301,6 +301,27 @@ unsafe fn transpose(r: [__m256i; 8]) -> [__m256i; 8] {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot(u: &Unpacked, a: &KActs, ts: std::ops::Range<usize>, out: *mut f32, stride: usize) {
+    dot_with::<false>(u, a, ts, out, stride)
+}
+
+/// [`dot`] with AVX-VNNI, bit for bit: each scale's values are summed by
+/// 256-bit `vpdpbusd` into the row's i32 lane (exact, as the 16-bit sums
+/// were), whole sub-blocks at a time (32 values of Q4_K/Q5_K, 16 of Q6_K),
+/// and `vpmulld` weights them by the scale: the same integers `C`, the same
+/// float steps.
+///
+/// # Safety
+/// As [`dot`], and the CPU must have AVX-VNNI.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+pub unsafe fn dot_vnni(u: &Unpacked, a: &KActs, ts: std::ops::Range<usize>, out: *mut f32, stride: usize) {
+    dot_with::<true>(u, a, ts, out, stride)
+}
+
+/// [`dot`] (`V` false) and [`dot_vnni`]: tokens two at a time.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn dot_with<const V: bool>(u: &Unpacked, a: &KActs, ts: std::ops::Range<usize>, out: *mut f32, stride: usize) {
     assert!(a.cols == u.sbs * QK_K && ts.end <= a.rows(), "activations vs tile");
     let mut t = ts.start;
     while t < ts.end {
@@ -308,18 +329,18 @@ pub unsafe fn dot(u: &Unpacked, a: &KActs, ts: std::ops::Range<usize>, out: *mut
         if ts.end - t >= 2 {
             let pair = [a.row(t), a.row(t + 1)];
             let r = match u.kind {
-                4 => tokens::<4, 2>(u, pair),
-                5 => tokens::<5, 2>(u, pair),
-                _ => tokens::<6, 2>(u, pair),
+                4 => tokens::<4, 2, V>(u, pair),
+                5 => tokens::<5, 2, V>(u, pair),
+                _ => tokens::<6, 2, V>(u, pair),
             };
             store_rows(r[0], u.rows, o);
             store_rows(r[1], u.rows, o.add(stride));
             t += 2;
         } else {
             let r = match u.kind {
-                4 => tokens::<4, 1>(u, [a.row(t)]),
-                5 => tokens::<5, 1>(u, [a.row(t)]),
-                _ => tokens::<6, 1>(u, [a.row(t)]),
+                4 => tokens::<4, 1, V>(u, [a.row(t)]),
+                5 => tokens::<5, 1, V>(u, [a.row(t)]),
+                _ => tokens::<6, 1, V>(u, [a.row(t)]),
             };
             store_rows(r[0], u.rows, o);
             t += 1;
@@ -328,10 +349,11 @@ pub unsafe fn dot(u: &Unpacked, a: &KActs, ts: std::ops::Range<usize>, out: *mut
 }
 
 /// The results of the `T` tokens `a` with the tile `u` of kind `K`
-/// ([`kind`]): per token, rows 0–7 and 8–15.
+/// ([`kind`]), with AVX-VNNI for `V` (see [`dot_vnni`]): per token, rows
+/// 0–7 and 8–15.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn tokens<const K: u8, const T: usize>(u: &Unpacked, a: [KActRow<'_>; T]) -> [[__m256; 2]; T] {
+unsafe fn tokens<const K: u8, const T: usize, const V: bool>(u: &Unpacked, a: [KActRow<'_>; T]) -> [[__m256; 2]; T] {
     const { assert!(K >= 4 && K <= 6) };
     let q6 = K == 6;
     let l = Layout::of(K);
@@ -342,7 +364,32 @@ unsafe fn tokens<const K: u8, const T: usize>(u: &Unpacked, a: [KActRow<'_>; T])
         // Each token's exact C: the chunks' 16-bit sums weighted by their scale.
         let mut c = [[_mm256_setzero_si256(); 2]; T];
         let q: [*const u8; T] = std::array::from_fn(|i| a[i].qs.as_ptr().add(QK_K * sb) as *const u8);
-        for ch in 0..GROUPS / l.chunk {
+        if V {
+            // A sub-block's groups a chunk; its scale line is that of the
+            // first of its 16-bit chunks, the scale in each pair's high half.
+            let per = if q6 { 4 } else { 8 };
+            for ch in 0..GROUPS / per {
+                let mut s = [[_mm256_setzero_si256(); 2]; T];
+                for j in 0..per {
+                    let g = ch * per + j;
+                    let wl = _mm256_load_si256(p.add(64 * g) as *const __m256i);
+                    let wh = _mm256_load_si256(p.add(64 * g + 32) as *const __m256i);
+                    for i in 0..T {
+                        let b = _mm256_set1_epi32(std::ptr::read_unaligned(q[i].add(4 * g) as *const i32));
+                        s[i][0] = _mm256_dpbusd_avx_epi32(s[i][0], wl, b);
+                        s[i][1] = _mm256_dpbusd_avx_epi32(s[i][1], wh, b);
+                    }
+                }
+                let line = p.add(l.scales() + 64 * (ch * per / l.chunk));
+                let scl = _mm256_srai_epi32::<16>(_mm256_load_si256(line as *const __m256i));
+                let sch = _mm256_srai_epi32::<16>(_mm256_load_si256(line.add(32) as *const __m256i));
+                for i in 0..T {
+                    c[i][0] = _mm256_add_epi32(c[i][0], _mm256_mullo_epi32(s[i][0], scl));
+                    c[i][1] = _mm256_add_epi32(c[i][1], _mm256_mullo_epi32(s[i][1], sch));
+                }
+            }
+        }
+        for ch in 0..if V { 0 } else { GROUPS / l.chunk } {
             let mut s = [[_mm256_setzero_si256(); 2]; T];
             for j in 0..l.chunk {
                 let g = ch * l.chunk + j;

@@ -141,9 +141,10 @@ pub enum Kernels {
     /// that an AVX-512 machine can reproduce and time an AVX2 machine's runs.
     Avx2Sums,
     /// What `Simd` is on a CPU with AVX2 and AVX-VNNI but no AVX-512:
-    /// `Avx2Sums` with the integer sums of the block sums (v3) and of the
-    /// other 32-value types' products from 256-bit `vpdpbusd`
-    /// ([`super::bsum::dot_avx2_vnni`], [`super::dot_avx2::dot_q_rows`]; the
+    /// `Avx2Sums` with the integer sums of the block sums (v3), of the
+    /// k-quant tiles of prompts and of the other 32-value types' products
+    /// from 256-bit `vpdpbusd` ([`super::bsum::dot_avx2_vnni`],
+    /// [`super::kq_avx2::dot_vnni`], [`super::dot_avx2::dot_q_rows`]; the
     /// same bits as `Avx2Sums`), AVX2 attention, even where AVX-512 is
     /// present (`THEMISTO_NATIVE_KERNELS=avx2-vnni`); `Avx2Sums` where the
     /// CPU lacks AVX-VNNI.
@@ -225,7 +226,8 @@ impl Kernels {
     }
 
     /// True when the AVX2 products of the 32-value types (block sums
-    /// included) take their integer sums from 256-bit `vpdpbusd`
+    /// included) and the k-quant tiles take their integer sums from 256-bit
+    /// `vpdpbusd`
     /// (AVX-VNNI): `Simd` on a CPU with AVX2 and AVX-VNNI but no AVX-512, and
     /// `Avx2Vnni` on any CPU with AVX-VNNI. The same bits as without.
     pub fn avx_vnni(self) -> bool {
@@ -436,7 +438,7 @@ fn run_jobs(
             }
             let (r0, r1) = (i * chunk, ((i + 1) * chunk).min(w.rows));
             match (acts, kacts) {
-                (_, Some(a)) if w.qtype.is_kquant() => rows_q(w, a, r0..r1, out, set, Opts { vnni: false, kv3 }),
+                (_, Some(a)) if w.qtype.is_kquant() => rows_q(w, a, r0..r1, out, set, Opts { vnni, kv3 }),
                 #[cfg(target_arch = "x86_64")]
                 (Some(a), _) if bsum && super::bsum::takes(w.qtype) => rows_bsum(w, a, r0..r1, out, set, vnni),
                 (Some(a), _) if !w.qtype.is_float() => rows_q(w, a, r0..r1, out, set, Opts { vnni, kv3: false }),
@@ -507,8 +509,8 @@ trait Acts {
     /// Weight rows `rows` (at most [`TILE`]) of `w` times activation rows
     /// `ts` into the output with the AVX2 k-quant tiles of
     /// [`super::kq_avx2`] (the k-quant sums v3), when this format and weight
-    /// type have them: they must give what [`Acts::avx2`] gives with
-    /// `kv3`.
+    /// type have them (with AVX-VNNI for `vnni`, the same bits): they must
+    /// give what [`Acts::avx2`] gives with `kv3`.
     ///
     /// # Safety
     /// As [`Acts::avx2`]; `out` is the product's output.
@@ -519,6 +521,7 @@ trait Acts {
         _rows: std::ops::Range<usize>,
         _ts: std::ops::Range<usize>,
         _out: Out,
+        _vnni: bool,
     ) -> bool {
         false
     }
@@ -638,17 +641,24 @@ impl Acts for KActs {
         rows: std::ops::Range<usize>,
         ts: std::ops::Range<usize>,
         out: Out,
+        vnni: bool,
     ) -> bool {
         if !super::kq_avx2::takes(w.qtype) || ts.len() < super::kq_avx2::min_tokens(w.qtype) {
             return false;
         }
         let bytes = &w.data.as_slice()[rows.start * w.row_bytes..rows.end * w.row_bytes];
         KQ_TILE.with_borrow_mut(|u| {
-            // SAFETY: the caller's: AVX2, FMA and F16C; (ts, rows) is inside
-            // the output and only this task writes those rows.
+            // SAFETY: the caller's: AVX2, FMA and F16C, and AVX-VNNI for
+            // `vnni`; (ts, rows) is inside the output and only this task
+            // writes those rows.
             unsafe {
                 super::kq_avx2::unpack(w.qtype, bytes, rows.len(), w.cols, u);
-                super::kq_avx2::dot(u, self, ts.clone(), out.0.add(ts.start * w.rows + rows.start), w.rows);
+                let o = out.0.add(ts.start * w.rows + rows.start);
+                if vnni {
+                    super::kq_avx2::dot_vnni(u, self, ts.clone(), o, w.rows);
+                } else {
+                    super::kq_avx2::dot(u, self, ts.clone(), o, w.rows);
+                }
             }
         });
         true
@@ -719,8 +729,9 @@ fn rows_q<A: Acts>(w: &QMatrix, a: &A, rows: std::ops::Range<usize>, out: Out, s
             // Many tokens (see `kq_avx2::min_tokens`), the k-quant sums v3: AVX2
             // unpacks the tile once.
             #[cfg(target_arch = "x86_64")]
-            // SAFETY: `Set::Avx2` is only chosen when the CPU has AVX2, FMA and F16C.
-            if set == Set::Avx2 && opts.kv3 && unsafe { a.avx2_tile(w, tile.clone(), tb..te, out) } {
+            // SAFETY: `Set::Avx2` is only chosen when the CPU has AVX2, FMA and
+            // F16C, `opts.vnni` only when it also has AVX-VNNI.
+            if set == Set::Avx2 && opts.kv3 && unsafe { a.avx2_tile(w, tile.clone(), tb..te, out, opts.vnni) } {
                 continue;
             }
             tile_tokens(w, tile, a, tb..te, out, set, opts, None);

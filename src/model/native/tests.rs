@@ -370,9 +370,9 @@ fn block_sums_are_exact_bit_for_bit() {
 }
 
 /// The k-quant sums v3 of the AVX2 sets are the portable code's bits: the
-/// row kernels ([`dot_avx2::dot_k_rows_v3`]) for 1, 4 and 8 tokens, the
+/// row kernels ([`dot_avx2::dot_k_rows_v3`]) for 1 and 8 tokens, the
 /// unpacked tiles of [`super::kq_avx2`] (called directly, for 1 to 5 tokens
-/// on whole and partial tiles), and whole products with `Avx2Sums` (from
+/// on whole and partial tiles, with AVX-VNNI too where the CPU has it), and whole products with `Avx2Sums` (from
 /// 16 tokens through the tiles) against `Scalar`. `Avx2SumsV1` keeps the
 /// sums v1 ([`dot_avx2::dot_k_rows`]). Mutation checks: the Q4_K minimums'
 /// pairs swapped in the tile, or the Q6_K offset's shift 4 instead of 5,
@@ -419,20 +419,26 @@ fn avx2_kquant_sums_v3_are_the_portable_bits() {
                 let mut u = kq_avx2::Unpacked::default();
                 for r0 in (0..rows).step_by(kq_avx2::ROWS) {
                     let n = (rows - r0).min(kq_avx2::ROWS);
-                    for tokens in 1..=5usize {
+                    for (tokens, vnni) in (1..=5usize).flat_map(|t| [(t, false), (t, true)]) {
+                        if vnni && !dot_avx2::vnni_available() {
+                            continue;
+                        }
                         let mut out = vec![f32::NAN; tokens * rows];
-                        // SAFETY: as above; `out` has room for the tile's rows of every token.
+                        // SAFETY: as above (AVX-VNNI checked for `vnni`); `out`
+                        // has room for the tile's rows of every token.
                         unsafe {
                             kq_avx2::unpack(q, &bytes[r0 * rb..(r0 + n) * rb], n, cols, &mut u);
-                            kq_avx2::dot(&u, &a, 2..2 + tokens, out.as_mut_ptr().add(r0), rows);
+                            let o = out.as_mut_ptr().add(r0);
+                            if vnni {
+                                kq_avx2::dot_vnni(&u, &a, 2..2 + tokens, o, rows);
+                            } else {
+                                kq_avx2::dot(&u, &a, 2..2 + tokens, o, rows);
+                            }
                         }
                         for t in 0..tokens {
                             for r in r0..r0 + n {
-                                assert_eq!(
-                                    out[t * rows + r].to_bits(),
-                                    want(r, 2 + t),
-                                    "{q:?} tile at {r0}: ({t}, {r})"
-                                );
+                                let at = format!("{q:?} tile at {r0}, AVX-VNNI {vnni}: ({t}, {r})");
+                                assert_eq!(out[t * rows + r].to_bits(), want(r, 2 + t), "{at}");
                             }
                         }
                     }
@@ -454,7 +460,8 @@ fn avx2_kquant_sums_v3_are_the_portable_bits() {
 /// AVX-VNNI (`Kernels::Avx2Vnni`) gives the bits of the AVX2 kernels
 /// (`Kernels::Avx2Sums`) for every weight type, with token counts that take
 /// every path: one token and the 2- and 4-token kernels, the 8-token group
-/// kernel of the 32-value types, and from 16 tokens the unpacked block sums.
+/// kernel of the 32-value types, from 16 tokens the unpacked block sums,
+/// and the k-quant tiles (from 8 tokens, Q6_K from 16).
 /// Mutation check: `vpdpbusd` with its operands swapped (the activations
 /// taken as the unsigned ones) fails it.
 #[cfg(target_arch = "x86_64")]
@@ -864,18 +871,29 @@ fn kquant_tile_throughput() {
                 let rate =
                     |t0: std::time::Instant| (rows * cols * tokens * n) as f64 / t0.elapsed().as_secs_f64() / 1e9;
                 for round in 0..3 {
-                    let (mut tile, mut v1, mut v3) = (0f64, 0f64, 0f64);
+                    let (mut tile, mut tile_vnni, mut v1, mut v3) = (0f64, 0f64, 0f64, 0f64);
+                    let vnni = dot_avx2::vnni_available();
                     for _ in 0..10 {
-                        let t0 = std::time::Instant::now();
-                        for _ in 0..n {
-                            // SAFETY: AVX2, FMA and F16C are present; `out` holds 64 tokens of 16 rows.
-                            unsafe {
-                                super::kq_avx2::unpack(q, &bytes, rows, cols, &mut u);
-                                super::kq_avx2::dot(&u, &ka, 0..tokens, out.as_mut_ptr(), rows);
+                        for (with_vnni, best) in [(false, &mut tile), (true, &mut tile_vnni)] {
+                            if with_vnni && !vnni {
+                                continue;
                             }
-                            std::hint::black_box(&mut out);
+                            let t0 = std::time::Instant::now();
+                            for _ in 0..n {
+                                // SAFETY: AVX2, FMA and F16C are present, AVX-VNNI where
+                                // asked; `out` holds the tokens' 16 rows.
+                                unsafe {
+                                    super::kq_avx2::unpack(q, &bytes, rows, cols, &mut u);
+                                    if with_vnni {
+                                        super::kq_avx2::dot_vnni(&u, &ka, 0..tokens, out.as_mut_ptr(), rows);
+                                    } else {
+                                        super::kq_avx2::dot(&u, &ka, 0..tokens, out.as_mut_ptr(), rows);
+                                    }
+                                }
+                                std::hint::black_box(&mut out);
+                            }
+                            *best = best.max(rate(t0));
                         }
-                        tile = tile.max(rate(t0));
                         for (v3_sums, best) in [(false, &mut v1), (true, &mut v3)] {
                             let t0 = std::time::Instant::now();
                             for _ in 0..n {
@@ -896,7 +914,7 @@ fn kquant_tile_throughput() {
                         }
                     }
                     eprintln!(
-                    "round {round}, AVX2 {q:?}, {cols} columns, {tokens} tokens: rows v1 {v1:.1}, rows v3 {v3:.1}, tile v3 {tile:.1} G multiply-adds/s (best of 10)"
+                    "round {round}, AVX2 {q:?}, {cols} columns, {tokens} tokens: rows v1 {v1:.1}, rows v3 {v3:.1}, tile v3 {tile:.1}, with AVX-VNNI {tile_vnni:.1} G multiply-adds/s (best of 10)"
                 );
                 }
             }
