@@ -3,34 +3,36 @@
 //! sets, bit for bit [`super::dot_avx2::dot_k_rows_v3`] and the portable
 //! [`super::dot_scalar::dot_k`]).
 //!
-//! **Layout.** [`unpack`] writes each super-block of a tile of up to 16 rows
-//! as its quants in bytes (unsigned: 0–15 for Q4_K, 0–31 for Q5_K, 0–63 for
-//! Q6_K), 4
-//! values of each row side by side: for each group of 4 values, rows 0–7
-//! in one 32-byte vector, rows 8–15 in the next, each row in its own 32-bit
-//! lane. A token's 4 activation quants, broadcast, then meet 16 rows in two
-//! `vpmaddubsw` whose 16-bit pair sums stay in that row's lane: no
-//! horizontal sums, and the weights are unpacked once for every token of a
-//! prompt instead of once per weight row and group of 8 tokens.
+//! **Layout.** [`unpack`] writes each super-block of a tile of up to 16
+//! rows as its quants in bytes (unsigned: 0–15 for Q4_K, 0–31 for Q5_K,
+//! 0–63 for Q6_K), 4 values of each row side by side: for each group of 4
+//! values, rows 0–7 in one 32-byte vector, rows 8–15 in the next, each row
+//! in its own 32-bit lane. A token's 4 activation quants, broadcast, then
+//! meet 16 rows in two `vpmaddubsw` whose 16-bit pair sums stay in that
+//! row's lane: no horizontal sums, and the weights are unpacked once for
+//! every token of a prompt instead of once per weight row and group of 8
+//! tokens.
 //!
 //! **Exact integers.** The 16-bit sums of a row's lane add up the products
 //! of one scale's values only: a whole 32-value sub-block for Q4_K (at most
 //! 16·15·128 = 30,720 in magnitude), 16 values for Q5_K (at most
 //! 8·31·128 = 31,744), 8 values for Q6_K (at most 4·63·128 = 32,256), so
-//! they never overflow; `vpmaddwd` then weights them
-//! by the row's 16-bit scale into i32. So each (row, token, super-block)
-//! gets the super-block's exact `C = Σ sc·q·a`, and for Q4_K/Q5_K the exact
-//! `M = Σ m·Σa` from the activations' sums per 32 (for Q6_K, `Σ sc·Σa` per
-//! 16 for the offset of 32: `C − 32·Σ sc·Σa`).
+//! they never overflow; `vpmaddwd` then weights them by the row's 16-bit
+//! scale into i32. With AVX-VNNI ([`dot_vnni`]) `vpdpbusd` sums a whole
+//! sub-block into i32 at once and `vpmulld` weights it: the same integers.
+//! So each (row, token, super-block) gets the super-block's exact
+//! `C = Σ sc·q·a`, and for Q4_K/Q5_K the exact `M = Σ m·Σa` from the
+//! activations' sums per 32 (for Q6_K, `Σ sc·Σa` per 16 for the offset of
+//! 32: `C − 32·Σ sc·Σa`).
 //!
 //! **Floats.** As the portable code: per super-block, `acc += (d·d_a)·C`
-//! and `corr += (dmin·d_a)·M` (Q4_K, Q5_K; Q6_K has no `corr`), each a rounded
-//! product and a rounded sum, in super-block order; the result is
+//! and `corr += (dmin·d_a)·M` (Q4_K, Q5_K; Q6_K has no `corr`), each a
+//! rounded product and a rounded sum, in super-block order; the result is
 //! `acc − corr`. Each token's lanes see the same operations whatever the
 //! number of tokens, so a row of a multi-token product equals the row alone.
 //!
-//! Every function here requires AVX2, FMA and F16C
-//! ([`super::dot_avx2::available`]).
+//! Every function here but [`takes`] and [`min_tokens`] requires AVX2, FMA
+//! and F16C ([`super::dot_avx2::available`]), [`dot_vnni`] AVX-VNNI too.
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
