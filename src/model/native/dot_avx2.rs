@@ -529,7 +529,7 @@ unsafe fn rows_q6k_q8k<const N: usize, const V3: bool>(
 /// The sum of the eight i32 lanes of `v` (exact while it fits).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-pub(super) unsafe fn hsum_i32(v: __m256i) -> i32 {
+unsafe fn hsum_i32(v: __m256i) -> i32 {
     let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
     hsum_i32x4(s)
 }

@@ -31,10 +31,10 @@
 //! `acc − corr`. Each token's lanes see the same operations whatever the
 //! number of tokens, so a row of a multi-token product equals the row alone.
 //!
-//! Every function here but [`takes`] and [`min_tokens`] requires AVX2, FMA
-//! and F16C ([`super::dot_avx2::available`]), [`dot_vnni`] AVX-VNNI too.
+//! The module is built for x86_64 only. Every function here but [`takes`]
+//! and [`min_tokens`] requires AVX2, FMA and F16C
+//! ([`super::dot_avx2::available`]), [`dot_vnni`] AVX-VNNI too.
 
-#[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
 use super::aligned::Aligned;
@@ -134,7 +134,6 @@ pub struct Unpacked {
 ///
 /// # Safety
 /// The CPU must have AVX2, FMA and F16C.
-#[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn unpack(t: QType, w: &[u8], rows: usize, cols: usize, u: &mut Unpacked) {
     assert!(takes(t) && rows <= ROWS && cols.is_multiple_of(QK_K), "k-quant tile");
@@ -170,7 +169,6 @@ pub unsafe fn unpack(t: QType, w: &[u8], rows: usize, cols: usize, u: &mut Unpac
 
 /// The quants, scales and pairs of rows 8h..8h + 8 of one Q4_K (Q5_K with
 /// `Q5`) super-block.
-#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn unpack_k45_half<const Q5: bool>(blk: &[*const u8; 8], o: *mut u8, h: usize) {
     let l = Layout::of(if Q5 { 5 } else { 4 });
@@ -215,7 +213,6 @@ unsafe fn unpack_k45_half<const Q5: bool>(blk: &[*const u8; 8], o: *mut u8, h: u
 }
 
 /// The quants, scales and pairs of rows 8h..8h + 8 of one Q6_K super-block.
-#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn unpack_q6k_half(blk: &[*const u8; 8], o: *mut u8, h: usize) {
     let l = Layout::of(6);
@@ -262,7 +259,6 @@ unsafe fn write_pair(p: *mut u8, a: i16, b: i16) {
 
 /// The 8×8 transpose of 32-bit lanes: lane `k` of output `j` is lane `j`
 /// of input `k`.
-#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn transpose(r: [__m256i; 8]) -> [__m256i; 8] {
     let t0 = _mm256_unpacklo_epi32(r[0], r[1]);
@@ -300,7 +296,6 @@ unsafe fn transpose(r: [__m256i; 8]) -> [__m256i; 8] {
 /// The CPU must have AVX2, FMA and F16C; `u` must have been unpacked with
 /// `a.cols` values a row; `out` must have room for
 /// `(ts.len() − 1)·stride + rows` values.
-#[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot(u: &Unpacked, a: &KActs, ts: std::ops::Range<usize>, out: *mut f32, stride: usize) {
     dot_with::<false>(u, a, ts, out, stride)
@@ -314,14 +309,12 @@ pub unsafe fn dot(u: &Unpacked, a: &KActs, ts: std::ops::Range<usize>, out: *mut
 ///
 /// # Safety
 /// As [`dot`], and the CPU must have AVX-VNNI.
-#[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
 pub unsafe fn dot_vnni(u: &Unpacked, a: &KActs, ts: std::ops::Range<usize>, out: *mut f32, stride: usize) {
     dot_with::<true>(u, a, ts, out, stride)
 }
 
 /// [`dot`] (`V` false) and [`dot_vnni`]: tokens two at a time.
-#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn dot_with<const V: bool>(u: &Unpacked, a: &KActs, ts: std::ops::Range<usize>, out: *mut f32, stride: usize) {
     assert!(a.cols == u.sbs * QK_K && ts.end <= a.rows(), "activations vs tile");
@@ -353,7 +346,6 @@ unsafe fn dot_with<const V: bool>(u: &Unpacked, a: &KActs, ts: std::ops::Range<u
 /// The results of the `T` tokens `a` with the tile `u` of kind `K`
 /// ([`kind`]), with AVX-VNNI for `V` (see [`dot_vnni`]): per token, rows
 /// 0–7 and 8–15.
-#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn tokens<const K: u8, const T: usize, const V: bool>(u: &Unpacked, a: [KActRow<'_>; T]) -> [[__m256; 2]; T] {
     const { assert!(K >= 4 && K <= 6) };
@@ -458,7 +450,6 @@ unsafe fn tokens<const K: u8, const T: usize, const V: bool>(u: &Unpacked, a: [K
 }
 
 /// The first `rows` (at most 16) values of the two halves `v` to `o`.
-#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn store_rows(v: [__m256; 2], rows: usize, o: *mut f32) {
     if rows == ROWS {
