@@ -358,48 +358,47 @@ unsafe fn tokens<const K: u8, const T: usize, const V: bool>(u: &Unpacked, a: [K
         // Each token's exact C: the chunks' 16-bit sums weighted by their scale.
         let mut c = [[_mm256_setzero_si256(); 2]; T];
         let q: [*const u8; T] = std::array::from_fn(|i| a[i].qs.as_ptr().add(QK_K * sb) as *const u8);
-        if V {
-            // A sub-block's groups a chunk; its scale line is that of the
-            // first of its 16-bit chunks, the scale in each pair's high half.
-            let per = if q6 { 4 } else { 8 };
-            for ch in 0..GROUPS / per {
-                let mut s = [[_mm256_setzero_si256(); 2]; T];
-                for j in 0..per {
-                    let g = ch * per + j;
-                    let wl = _mm256_load_si256(p.add(64 * g) as *const __m256i);
-                    let wh = _mm256_load_si256(p.add(64 * g + 32) as *const __m256i);
-                    for i in 0..T {
-                        let b = _mm256_set1_epi32(std::ptr::read_unaligned(q[i].add(4 * g) as *const i32));
-                        s[i][0] = _mm256_dpbusd_avx_epi32(s[i][0], wl, b);
-                        s[i][1] = _mm256_dpbusd_avx_epi32(s[i][1], wh, b);
-                    }
-                }
-                let line = p.add(l.scales() + 64 * (ch * per / l.chunk));
-                let scl = _mm256_srai_epi32::<16>(_mm256_load_si256(line as *const __m256i));
-                let sch = _mm256_srai_epi32::<16>(_mm256_load_si256(line.add(32) as *const __m256i));
-                for i in 0..T {
-                    c[i][0] = _mm256_add_epi32(c[i][0], _mm256_mullo_epi32(s[i][0], scl));
-                    c[i][1] = _mm256_add_epi32(c[i][1], _mm256_mullo_epi32(s[i][1], sch));
-                }
-            }
-        }
-        for ch in 0..if V { 0 } else { GROUPS / l.chunk } {
+        // Groups a chunk: with AVX-VNNI a whole sub-block (the i32 sums
+        // need no 16-bit bound), whose scale line is that of its first
+        // 16-bit chunk.
+        let per = if !V {
+            l.chunk
+        } else if q6 {
+            4
+        } else {
+            8
+        };
+        for ch in 0..GROUPS / per {
             let mut s = [[_mm256_setzero_si256(); 2]; T];
-            for j in 0..l.chunk {
-                let g = ch * l.chunk + j;
+            for j in 0..per {
+                let g = ch * per + j;
                 let wl = _mm256_load_si256(p.add(64 * g) as *const __m256i);
                 let wh = _mm256_load_si256(p.add(64 * g + 32) as *const __m256i);
                 for i in 0..T {
                     let b = _mm256_set1_epi32(std::ptr::read_unaligned(q[i].add(4 * g) as *const i32));
-                    s[i][0] = _mm256_add_epi16(s[i][0], _mm256_maddubs_epi16(wl, b));
-                    s[i][1] = _mm256_add_epi16(s[i][1], _mm256_maddubs_epi16(wh, b));
+                    if V {
+                        s[i][0] = _mm256_dpbusd_avx_epi32(s[i][0], wl, b);
+                        s[i][1] = _mm256_dpbusd_avx_epi32(s[i][1], wh, b);
+                    } else {
+                        s[i][0] = _mm256_add_epi16(s[i][0], _mm256_maddubs_epi16(wl, b));
+                        s[i][1] = _mm256_add_epi16(s[i][1], _mm256_maddubs_epi16(wh, b));
+                    }
                 }
             }
-            let scl = _mm256_load_si256(p.add(l.scales() + 64 * ch) as *const __m256i);
-            let sch = _mm256_load_si256(p.add(l.scales() + 64 * ch + 32) as *const __m256i);
+            let line = p.add(l.scales() + 64 * (ch * per / l.chunk));
+            let scl = _mm256_load_si256(line as *const __m256i);
+            let sch = _mm256_load_si256(line.add(32) as *const __m256i);
             for i in 0..T {
-                c[i][0] = _mm256_add_epi32(c[i][0], _mm256_madd_epi16(s[i][0], scl));
-                c[i][1] = _mm256_add_epi32(c[i][1], _mm256_madd_epi16(s[i][1], sch));
+                for (h, sc) in [scl, sch].into_iter().enumerate() {
+                    // The i32 sums times the scale (the pair's high half),
+                    // or the 16-bit sums' pairs times `(sc, sc)`.
+                    let w = if V {
+                        _mm256_mullo_epi32(s[i][h], _mm256_srai_epi32::<16>(sc))
+                    } else {
+                        _mm256_madd_epi16(s[i][h], sc)
+                    };
+                    c[i][h] = _mm256_add_epi32(c[i][h], w);
+                }
             }
         }
         // The activation sums' term: Q4_K/Q5_K pairs of sums per 32 (with
