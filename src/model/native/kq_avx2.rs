@@ -343,6 +343,18 @@ unsafe fn dot_with<const V: bool>(u: &Unpacked, a: &KActs, ts: std::ops::Range<u
     }
 }
 
+/// A chunk's sums `s` weighted by its scale line `sc`: with AVX-VNNI (`V`)
+/// the i32 sums times the scale (each pair's high half), else the 16-bit
+/// sums' pairs times `(sc, sc)`.
+#[inline(always)]
+unsafe fn weigh<const V: bool>(s: __m256i, sc: __m256i) -> __m256i {
+    if V {
+        _mm256_mullo_epi32(s, _mm256_srai_epi32::<16>(sc))
+    } else {
+        _mm256_madd_epi16(s, sc)
+    }
+}
+
 /// The results of the `T` tokens `a` with the tile `u` of kind `K`
 /// ([`kind`]), with AVX-VNNI for `V` (see [`dot_vnni`]): per token, rows
 /// 0–7 and 8–15.
@@ -389,16 +401,8 @@ unsafe fn tokens<const K: u8, const T: usize, const V: bool>(u: &Unpacked, a: [K
             let scl = _mm256_load_si256(line as *const __m256i);
             let sch = _mm256_load_si256(line.add(32) as *const __m256i);
             for i in 0..T {
-                for (h, sc) in [scl, sch].into_iter().enumerate() {
-                    // The i32 sums times the scale (the pair's high half),
-                    // or the 16-bit sums' pairs times `(sc, sc)`.
-                    let w = if V {
-                        _mm256_mullo_epi32(s[i][h], _mm256_srai_epi32::<16>(sc))
-                    } else {
-                        _mm256_madd_epi16(s[i][h], sc)
-                    };
-                    c[i][h] = _mm256_add_epi32(c[i][h], w);
-                }
+                c[i][0] = _mm256_add_epi32(c[i][0], weigh::<V>(s[i][0], scl));
+                c[i][1] = _mm256_add_epi32(c[i][1], weigh::<V>(s[i][1], sch));
             }
         }
         // The activation sums' term: Q4_K/Q5_K pairs of sums per 32 (with
