@@ -928,8 +928,10 @@ mod tests {
 
     /// Attention speed of each kernel on one thread (a generating step's
     /// work for a SmolLM2-like KV group: 3 heads of 64 over 1,400 cached
-    /// positions): `cargo test --release --lib attention_throughput --
-    /// --ignored --nocapture`.
+    /// positions; the two tokens' kernel also in G multiply-adds/s), and
+    /// the 256-bit FMA peak of one core beside them (see `fma_peak`):
+    /// `cargo test --release --lib attention_throughput -- --ignored
+    /// --nocapture`.
     #[test]
     #[ignore]
     fn attention_throughput() {
@@ -979,13 +981,55 @@ mod tests {
                         pair = pair.min(t.elapsed().as_secs_f64() / 50.0);
                     }
                 }
+                // Each pair call: 2 tokens × `heads` heads × (scores and
+                // weighted values) × `hd` × the positions.
+                let pair_macs = (2 * heads * 2 * hd * n) as f64;
                 println!(
-                    "round {round} {isa:?}: {heads} heads together {:.1} µs, one at a time {:.1} µs, two tokens' heads together {:.1} µs",
+                    "round {round} {isa:?}: {heads} heads together {:.1} µs, one at a time {:.1} µs, two tokens' heads together {:.1} µs ({:.1} G multiply-adds/s)",
                     best * 1e6,
                     one * 1e6,
-                    pair * 1e6
+                    pair * 1e6,
+                    pair_macs / pair / 1e9
                 );
             }
+            #[cfg(target_arch = "x86_64")]
+            if simd_available() {
+                // SAFETY: the CPU has AVX2 and FMA.
+                let peak = unsafe { fma_peak() };
+                println!("round {round}: 256-bit FMA peak of one core {:.1} G multiply-adds/s", peak / 1e9);
+            }
         }
+    }
+
+    /// Multiply-adds a second that one thread's 256-bit FMAs reach at best:
+    /// 12 independent chains (enough to cover the FMA latency on two
+    /// ports), the best of 10 timings. The yardstick of the AVX2 attention
+    /// kernels, which are FMAs plus conversions, sums and the softmax.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn fma_peak() -> f64 {
+        const CHAINS: usize = 12;
+        const STEPS: usize = 1 << 20;
+        let x = _mm256_set1_ps(0.999_999);
+        let y = _mm256_set1_ps(1e-7);
+        let mut best = f64::MAX;
+        let mut sink = 0f32;
+        for _ in 0..10 {
+            let mut acc = [_mm256_setzero_ps(); CHAINS];
+            let t = std::time::Instant::now();
+            for _ in 0..STEPS {
+                for a in acc.iter_mut() {
+                    *a = _mm256_fmadd_ps(*a, x, y);
+                }
+            }
+            best = best.min(t.elapsed().as_secs_f64());
+            for a in acc {
+                let mut lanes = [0f32; 8];
+                _mm256_storeu_ps(lanes.as_mut_ptr(), a);
+                sink += lanes[0];
+            }
+        }
+        std::hint::black_box(sink);
+        (CHAINS * STEPS * 8) as f64 / best
     }
 }
