@@ -400,6 +400,8 @@ unsafe fn tokens<const K: u8, const T: usize, const V: bool>(u: &Unpacked, a: [K
             let line = p.add(l.scales() + 64 * (ch * per / l.chunk));
             let scl = _mm256_load_si256(line as *const __m256i);
             let sch = _mm256_load_si256(line.add(32) as *const __m256i);
+            // Two lines, not a loop over `[scl, sch]`: that loop kept the
+            // sums on the stack and made AVX2 prompts 1.6x slower.
             for i in 0..T {
                 c[i][0] = _mm256_add_epi32(c[i][0], weigh::<V>(s[i][0], scl));
                 c[i][1] = _mm256_add_epi32(c[i][1], weigh::<V>(s[i][1], sch));
