@@ -1,8 +1,14 @@
-//! Small helpers shared across stages: hashing, hex, and atomic file output.
+//! Small helpers shared across stages: hashing, hex, atomic file output, and
+//! the common prefix of two token lists.
 
 use sha2::{Digest, Sha256};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
+
+/// Length of the common prefix of two token lists.
+pub fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
 
 /// Lower-case hex of bytes.
 pub fn hex(bytes: &[u8]) -> String {

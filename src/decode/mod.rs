@@ -102,10 +102,7 @@ pub fn window_for(model: &dyn LanguageModel, prompt: &[u32], cfg: &GenerateConfi
     Ok(window)
 }
 
-/// Length of the common prefix of two token lists.
-pub fn common_prefix(a: &[u32], b: &[u32]) -> usize {
-    a.iter().zip(b).take_while(|(x, y)| x == y).count()
-}
+pub use crate::util::common_prefix;
 
 /// A prompt read into slot `slot`: the longest prefix it shares with the
 /// cache of `donor` (another slot, or the same) is kept, the rest is fed,

@@ -137,7 +137,7 @@ fn shared_prefixes(feed: &Feed, tokens: &[Vec<u32>], shared: &mut [(usize, usize
             if shared[other].1 > 0 {
                 continue;
             }
-            let len = crate::decode::common_prefix(&tokens[slot], &tokens[other]);
+            let len = crate::util::common_prefix(&tokens[slot], &tokens[other]);
             if len > best.1 {
                 best = (other, len);
             }
