@@ -25,8 +25,8 @@
 # avx_vnni), RUN (the arguments of a whole `themisto run`, e.g. "--limit 5" or
 # "--protocol themisto"; default: none).
 #
-# With RUN set, a whole run of the first MODEL follows the table, measured in one go as
-# issue 9 asks: llama-bench's pp and tg on that model, the run (the process's wall
+# With RUN set, a whole run of the first MODEL follows the table, measured in one go:
+# llama-bench's pp and tg on that model, the run (the process's wall
 # time, model loading included), llama-bench again; then the run's wall time over
 # llama.cpp's one-by-one cost of its tokens (prompt tokens / pp + generated tokens / tg,
 # from the run's results.json), with llama.cpp's figures from before and from after.
@@ -35,7 +35,7 @@
 # measurements (llama-bench, run, llama-bench, run, ..., llama-bench: N runs, N + 1
 # llama-bench), and prints each run's ratio to the mean of the llama.cpp figures around it,
 # then the median of the rounds: on a machine whose speed drifts by a third within
-# minutes (the VMs of 2026-12) one round reads whichever way the drift went. TABLE=0
+# minutes (as shared VMs can) one round reads whichever way the drift went. TABLE=0
 # skips the bench-model table (the run's model is only fetched).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -63,8 +63,8 @@ MODELS=("$@")
 log() { echo "== $*" >&2; }
 
 # GGML options for the instructions this CPU lists. Not -march=native, and AMX stays off:
-# on the AMX machine of 2026-12-02 (which grants the tile state: scripts/amx_probe.c runs
-# tdpbusd there), llama.cpp 0.3.36 built with GGML_AMX_TILE=ON GGML_AMX_INT8=ON died with
+# on an AMX machine that grants the tile state (scripts/amx_probe.c runs tdpbusd
+# there), llama.cpp 0.3.36 built with GGML_AMX_TILE=ON GGML_AMX_INT8=ON died with
 # SIGILL at its first tile instruction (tilezero in ggml_backend_amx_mul_mat, exit 132).
 cpu_options() {
   local flags opts=(-DGGML_NATIVE=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF) pair
@@ -86,11 +86,7 @@ build_llamacpp() {
     return
   fi
   mkdir -p "$WORK"
-  if [ ! -x "$WORK/venv/bin/cmake" ]; then
-    log "cmake and ninja from PyPI into $WORK/venv"
-    python3 -m venv "$WORK/venv"
-    "$WORK/venv/bin/pip" install -q cmake ninja
-  fi
+  python3 scripts/pyvenv.py "$WORK/venv" cmake ninja >/dev/null   # cmake and ninja from PyPI
   local sdist=$WORK/llama_cpp_python-$VERSION.tar.gz
   if [ ! -f "$sdist" ]; then
     log "llama-cpp-python $VERSION source package from PyPI"

@@ -8,7 +8,7 @@
 # a screenshot.
 #
 # usage: scripts/browser_check.sh [--screenshot OUT.png] [--sample ID] [RUN_DIR...]
-#   --screenshot   default: scripts/figures/explorer.png
+#   --screenshot   default: docs/img/explorer.png
 #   --sample       the sample to open (default: the first of the first run)
 #   RUN_DIR        run folders (default: a fixture made here)
 #
@@ -18,7 +18,7 @@
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
-shot="$root/scripts/figures/explorer.png"
+shot="$root/docs/img/explorer.png"
 sample=""
 runs=()
 while [ $# -gt 0 ]; do

@@ -5,7 +5,8 @@ Run from anywhere with any Python 3.9+:
 
     python3 scripts/crosscheck_metrics.py
 
-It creates (once) a virtual environment `.venv-metrics` at the repository root,
+It creates (once, through scripts/pyvenv.py) a virtual environment `.venv-metrics` at
+the repository root,
 installs the pinned sacrebleu and rouge-score there, re-runs itself inside it,
 and writes `tests/fixtures/metrics_parity.jsonl`:
 
@@ -22,7 +23,7 @@ and writes `tests/fixtures/metrics_parity.jsonl`:
   the texts itself (see `cell_text`);
 - `{"kind": "group", ...}` lines: pair ids and sacrebleu corpus chrF / chrF++.
 
-The Rust test `tests/metrics_parity.rs` checks every value to 1e-9. The pairs
+The Rust test `tests/it/metrics_parity.rs` checks every value to 1e-9. The pairs
 come from a fixed seed, so rerunning gives the same file.
 """
 
@@ -52,23 +53,12 @@ NOTEBOOK_PAIRS = 400
 # Environment
 
 
-def venv_python() -> Path:
-    return VENV / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
-
-
 def ensure_venv() -> Path:
-    py = venv_python()
-    if not py.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
-    want = [f"sacrebleu=={SACREBLEU_VERSION}", f"rouge-score=={ROUGE_SCORE_VERSION}"]
-    probe = (
-        "import importlib.metadata as m, sys;"
-        f"sys.exit(0 if m.version('sacrebleu')=='{SACREBLEU_VERSION}' and "
-        f"m.version('rouge-score')=='{ROUGE_SCORE_VERSION}' else 1)"
-    )
-    if subprocess.run([str(py), "-c", probe], capture_output=True).returncode != 0:
-        subprocess.run([str(py), "-m", "pip", "install", "--quiet", *want], check=True)
-    return py
+    """The python of `.venv-metrics` with the pinned sacrebleu and rouge-score (scripts/pyvenv.py)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import pyvenv
+
+    return pyvenv.ensure(VENV, [f"sacrebleu=={SACREBLEU_VERSION}", f"rouge-score=={ROUGE_SCORE_VERSION}"])
 
 
 # ---------------------------------------------------------------------------

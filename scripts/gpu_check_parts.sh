@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check with the real default model through a transfer limit that a whole
-# bundle does not fit (this workplace's GPU tool carries 64 MiB a call, the default
-# model's GGUF is 98 MB): the bundle goes over in two calls to the same warm machine.
+# bundle does not fit (at most 64 MiB travels to the GPU machine a call by default,
+# --budget-mib; the default model's GGUF is 98 MB): the bundle goes over in two calls to the same warm machine.
 #
 #   bash scripts/gpu_check.sh pack BUNDLE --no-libs          # here (Rust, network)
 #   bash scripts/gpu_check_parts.sh prepare BUNDLE DIR [--budget-mib 64]   # here
@@ -68,8 +68,8 @@ prepare() {
   cp "$st"/*.json "$dir/2/safetensors/"
   cp "$bundle/MANIFEST.txt" "$dir/2/"
   basename "$gguf" >"$dir/2/gguf-name"
-  local py="${THEMISTO_VENV:-$HOME/.cache/themisto/venv}/bin/python"
-  [ -x "$py" ] || die "no Python with safetensors at $py (scripts/gguf_to_safetensors.py makes it)"
+  local py
+  py="$(python3 "$repo/scripts/pyvenv.py" --gguf-tools)" || die "scripts/pyvenv.py could not make the venv with safetensors"
   "$py" -c "$DIGEST_PY" "$st/model.safetensors" >"$dir/2/tensors.sha256"
   python3 -m pip download -q --no-deps --only-binary=:all: -d "$dir/2" gguf==0.17.1 >&2 ||
     die "pip could not download the gguf wheel"

@@ -3,10 +3,11 @@
 #
 #     bash scripts/make_sample.sh
 #
-# It (1) creates .venv-sample (git-ignored) with the pinned pandas and numpy below,
-# (2) rewrites the CSV files under scripts/sample_notebooks/data/ with their seeded
+# It (1) creates .venv-sample (git-ignored; scripts/pyvenv.py) with the pinned pandas and
+# numpy below,
+# (2) rewrites the CSV files under tests/fixtures/sample_notebooks/data/ with their seeded
 # generator (same bytes every time), (3) builds the release binary, and (4) runs
-# `themisto record` on each notebook in scripts/sample_notebooks/ and concatenates
+# `themisto record` on each notebook in tests/fixtures/sample_notebooks/ and concatenates
 # the trajectories, in the order listed below, into src/data/sample.jsonl. The
 # file is replaced only when every notebook ran to its end.
 #
@@ -27,15 +28,10 @@ python="${PYTHON:-python3}"
 repr_limit="${REPR_LIMIT:-200}"
 start=$(date +%s)
 
-if [ ! -x "$venv/bin/python" ]; then
-    echo "creating $venv with $("$python" --version 2>&1)" >&2
-    "$python" -m venv "$venv"
-fi
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
-    "pandas==$PANDAS_VERSION" "numpy==$NUMPY_VERSION"
+"$python" scripts/pyvenv.py "$venv" "pandas==$PANDAS_VERSION" "numpy==$NUMPY_VERSION" >/dev/null
 echo "using $("$venv/bin/python" --version 2>&1), pandas $PANDAS_VERSION, numpy $NUMPY_VERSION" >&2
 
-"$venv/bin/python" scripts/sample_notebooks/data/make_data.py
+"$venv/bin/python" tests/fixtures/sample_notebooks/data/make_data.py
 
 if [ -n "${THEMISTO_BIN:-}" ]; then
     bin="$THEMISTO_BIN"
@@ -47,7 +43,7 @@ fi
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 for name in "${NOTEBOOKS[@]}"; do
-    "$bin" record "scripts/sample_notebooks/$name.ipynb" \
+    "$bin" record "tests/fixtures/sample_notebooks/$name.ipynb" \
         --python "$venv/bin/python" --trajectory "$name" \
         --timeout 120 --repr-limit "$repr_limit" --out "$work/$name.jsonl"
     if grep -q '"recorder_end"' "$work/$name.jsonl"; then

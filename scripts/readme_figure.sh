@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Remake the README's sweep figure: the default sweep on the embedded sample
+# Remake the sweep figure of docs/reports.md: the default sweep on the embedded sample
 # with the default model, its report, and the chrF plot copied to
-# scripts/figures/sweep-chrf.png. Takes about 15 minutes on 2 cores.
+# docs/img/sweep-chrf.png. Takes about 15 minutes on 2 cores.
 #
 #     bash scripts/readme_figure.sh [WORK_DIR]     (default WORK_DIR: runs/readme-sweep)
 #
@@ -12,6 +12,6 @@ work="${1:-runs/readme-sweep}"
 cargo build --release
 time ./target/release/themisto sweep --out "$work/sweep"
 ./target/release/themisto report "$work/sweep" --out "$work/report"
-mkdir -p scripts/figures
-cp "$work/report/plots/chrf.png" scripts/figures/sweep-chrf.png
-echo "report: $work/report/report.html; figure: scripts/figures/sweep-chrf.png"
+mkdir -p docs/img
+cp "$work/report/plots/chrf.png" docs/img/sweep-chrf.png
+echo "report: $work/report/report.html; figure: docs/img/sweep-chrf.png"

@@ -11,35 +11,22 @@ not: it checks that both devices run the same code path end to end and how
 often their greedy tokens agree, NOT a real model's quality or its agreement.
 
 Runs itself in the virtual environment of scripts/gguf_to_safetensors.py
-($THEMISTO_VENV, default ~/.cache/themisto/venv; made on first use with pip).
+($THEMISTO_VENV, default ~/.cache/themisto/venv; made on first use with pip by
+scripts/pyvenv.py).
 """
 
 import argparse
-import os
-import subprocess
 import sys
-import venv
 from pathlib import Path
 
-REQUIREMENTS = ["gguf==0.17.1", "numpy>=1.26,<3", "safetensors==0.6.2"]
-VENV = Path(os.environ.get("THEMISTO_VENV", Path.home() / ".cache" / "themisto" / "venv"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import pyvenv  # noqa: E402  (the scripts' venv helper, beside this file)
+
 
 
 def ensure_venv():
-    """Re-run this script inside the venv (made on first use) unless already there."""
-    if os.environ.get("THEMISTO_IN_VENV") == "1":
-        return
-    python = VENV / "bin" / "python"
-    marker = VENV / ".themisto-requirements"
-    wanted = "\n".join(REQUIREMENTS)
-    if not python.exists() or not marker.exists() or marker.read_text() != wanted:
-        print(f"setting up {VENV} ({', '.join(REQUIREMENTS)})", file=sys.stderr)
-        venv.EnvBuilder(with_pip=True, clear=not python.exists()).create(VENV)
-        subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *REQUIREMENTS],
-                       check=True)
-        marker.write_text(wanted)
-    env = dict(os.environ, THEMISTO_IN_VENV="1")
-    sys.exit(subprocess.run([str(python), __file__, *sys.argv[1:]], env=env).returncode)
+    """Re-run this script inside the GGUF tools' venv (made on first use) unless already there."""
+    pyvenv.reexec_in(pyvenv.DEFAULT_VENV, pyvenv.GGUF_TOOLS, __file__)
 
 
 def main():

@@ -144,11 +144,11 @@ def bootstrap(args):
     py = venv / "bin" / "python"
     if Path(sys.prefix).resolve() == venv.resolve():
         return
-    if not py.exists():
-        print(f"creating venv {venv}", flush=True)
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import pyvenv
+
+    pyvenv.ensure(venv, PINNED)
     pip = [str(py), "-m", "pip", "install", "--quiet"]
-    subprocess.run(pip + PINNED, check=True)
     if not args.no_llama_cpp:
         probe = subprocess.run([str(py), "-c", "import llama_cpp"], capture_output=True)
         if probe.returncode != 0:

@@ -1,7 +1,7 @@
 //! The embedded sample: trajectories compiled into the binary (`--data sample`).
 //!
 //! The file `src/data/sample.jsonl` is produced by `scripts/make_sample.sh`, which
-//! runs the notebooks in `scripts/sample_notebooks/` with `themisto record`.
+//! runs the notebooks in `tests/fixtures/sample_notebooks/` with `themisto record`.
 
 use super::{canonical, DataError, Dataset};
 use std::path::Path;

@@ -1,5 +1,5 @@
 //! Facts about the embedded sample (`src/data/sample.jsonl`), which
-//! `scripts/make_sample.sh` records from `scripts/sample_notebooks/`.
+//! `scripts/make_sample.sh` records from `tests/fixtures/sample_notebooks/`.
 
 use std::collections::BTreeSet;
 use themisto::data::{embedded, OutputKind};
