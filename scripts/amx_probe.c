@@ -13,7 +13,7 @@
 // apart would). A CPU without AMX stops after the VNNI figures; one without AVX-512 VNNI
 // must not run it at all (check /proc/cpuinfo for avx512_vnni and amx_int8 first).
 //
-// A measuring tool for the README's performance notes, not part of the build.
+// A measuring tool for docs/performance.md, not part of the build.
 #include <immintrin.h>
 #include <stdint.h>
 #include <stdio.h>

@@ -14,8 +14,8 @@
 #   lib/                  the CUDA 13.0 libraries the binary links (cuBLAS, cuRAND, the
 #                         runtime, NVRTC; about 700 MB) unless --no-libs
 #   gpu_check.sh, MANIFEST.txt (git revision, build flags, sha256 of every file)
-# --small writes a bundle under 64 MiB (the limit of what this workplace's GPU tool
-# carries): a tiny RANDOM-weight llama with the real tokenizer (scripts/tiny_gguf.py)
+# --small writes a bundle under 64 MiB (for a GPU machine that takes at most 64 MiB a
+# transfer): a tiny RANDOM-weight llama with the real tokenizer (scripts/tiny_gguf.py)
 # instead of the real model, and no lib/. It checks that every row runs end to end on
 # both devices and how often greedy tokens agree on random weights (many near ties);
 # it is not a real-model check.

@@ -113,7 +113,7 @@ pub struct CommonArgs {
     /// Characters of each variable's repr shown in the runtime block.
     #[arg(long, default_value_t = 80, value_name = "N")]
     pub repr_chars: usize,
-    /// How the history of a prompt is chosen: shared (the four prompts of a step show the same steps, and a trajectory's window moves in jumps, so prompts share long prefixes) or independent (each prompt fitted on its own, as before this option).
+    /// How the history of a prompt is chosen: shared (the four prompts of a step show the same steps, and a trajectory's window moves in jumps, so prompts share long prefixes) or independent (each prompt fitted on its own).
     #[arg(long, value_enum, default_value_t = FitArg::Shared)]
     pub fit: FitArg,
     /// A prompt template file; replaces the built-in one of its task and variant (repeatable).

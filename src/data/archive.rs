@@ -61,7 +61,7 @@ pub fn pickle_refusal(what: &str) -> String {
     format!(
         "{what} is a Python pickle; themisto never unpickles (loading a pickle runs arbitrary code). \
          Convert it to JSONL in a Python environment you trust with \
-         `python3 {PICKLE_CONVERTER} FILE.pkl --out FILE.jsonl` (see the README, \"Readers\"), \
+         `python3 {PICKLE_CONVERTER} FILE.pkl --out FILE.jsonl` (see docs/data.md, \"Readers\"), \
          then read the JSONL"
     )
 }

@@ -17,8 +17,8 @@
 //! the value is `None` or the cell ends with `;`), errors as IPython-like tracebacks
 //! (then it goes on with the next cell), wall time of the cell, the process's
 //! resident memory, and a snapshot of user variables (type, size, truncated repr,
-//! shape or len) with a hash of the snapshot. See the README section "Recording
-//! notebooks" for the exact rules.
+//! shape or len) with a hash of the snapshot. See `docs/data.md`, "Recording
+//! notebooks and replaying logs", for the exact rules.
 //!
 //! Decisions:
 //! - IPython-only lines (`%magic`, `!shell`, `x = !cmd`, `obj?`) are not run: each
