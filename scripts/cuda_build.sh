@@ -6,10 +6,11 @@
 #
 #   target folder  $THEMISTO_CUDA_TARGET, default $HOME/.cache/themisto/cuda-target
 #                  (outside the repository: a fresh clone builds incrementally)
-#   RUSTFLAGS      -C target-cpu=x86-64-v3 (AVX2/FMA, no AVX-512): the binary is
-#                  carried to GPU machines whose CPU may differ from this one; it
-#                  overrides .cargo/config.toml's target-cpu=native. The native
-#                  engine picks its kernels at run time either way.
+#   RUSTFLAGS      -C target-cpu=x86-64-v3 (AVX2/FMA, no AVX-512), the same as
+#                  .cargo/config.toml's default, set here too so that a RUSTFLAGS of
+#                  the caller cannot change it: the binary is carried to GPU machines
+#                  whose CPU may differ from the build machine's. The native engine
+#                  picks its kernels at run time either way.
 #
 # Usage: scripts/cuda_build.sh [extra cargo build arguments]
 # A cold build takes about 25 minutes on 2 cores; a warm one, seconds to minutes.

@@ -14,7 +14,7 @@
 //! listed before it (`util` is a leaf anyone may use); the test
 //! `architecture::imports_only_go_forward` checks it.
 //!
-//! 1. [`util`]: hashing helpers (leaf).
+//! 1. [`util`]: hashing, atomic files, the common prefix of token lists (leaf).
 //! 2. [`data`]: trajectory types, source readers, sample ids, the protocol.
 //! 3. [`recorder`]: the notebook recorder (drives a python3 process; a source).
 //! 4. [`tokenizer`]: the model's tokenizer, from `tokenizer.json` or GGUF metadata.

@@ -66,7 +66,7 @@ pub fn groups(records: &[SampleRecord], opts: &MetricOptions, seed: u64) -> Vec<
         .collect()
 }
 
-/// Throughput over the records (resumed ones included) and this session's wall time.
+/// Throughput over the records (resumed ones included) and the wall time of the process that finished the run.
 pub fn throughput(records: &[SampleRecord], wall_s: f64) -> Throughput {
     let prompt_tokens: u64 = records.iter().map(|r| r.prompt_tokens as u64).sum();
     let computed: u64 =

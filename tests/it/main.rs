@@ -30,6 +30,7 @@ mod data_protocol;
 mod data_release;
 mod data_rows;
 mod decode;
+mod docs;
 mod fetch;
 mod fit_modes;
 mod fuzz;
