@@ -31,6 +31,7 @@ mod data_release;
 mod data_rows;
 mod decode;
 mod fetch;
+mod fresh_clone;
 mod fit_modes;
 mod fuzz;
 mod metrics_parity;
