@@ -166,7 +166,7 @@ fn csv_field(s: &str) -> String {
 
 /// One CSV row (speeds in tokens per second, full precision).
 pub fn csv_row(info: &ModelInfo, device: &str, r: &GridRow) -> String {
-    let mut s = [&info.id, &info.quantization, &info.engine, device].map(|f| csv_field(f)).join(",");
+    let mut s = [&info.id, &info.quantization, &info.engine, device].map(csv_field).join(",");
     let _ = write!(
         s,
         ",{},{},{},{},{},{},{},{},{}",

@@ -235,11 +235,18 @@ fn test_name() -> String {
     std::thread::current().name().unwrap_or("a test").to_string()
 }
 
+/// A skip line, written to the process's stderr itself rather than through
+/// `eprintln!`, which the test harness captures: `cargo test` shows it.
+fn skip_line(name: &str, reason: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "skipped {name}: {reason}");
+}
+
 /// Skip the rest of a test because this machine lacks hardware it needs (no
 /// GPU, an instruction set the CPU does not have): one line on stderr. The
 /// only kind of skip CI accepts. Call it, then `return`.
 pub fn skip_for_hardware(reason: &str) {
-    eprintln!("skipped {}: {reason}", test_name());
+    skip_line(&test_name(), reason);
 }
 
 /// Skip the rest of a test for any other reason (data or a tool this checkout
@@ -249,7 +256,7 @@ pub fn skip_for_hardware(reason: &str) {
 pub fn skip(reason: &str) {
     let name = test_name();
     assert!(!in_ci(), "{name} would be skipped in CI (CI is set), which only accepts missing hardware: {reason}");
-    eprintln!("skipped {name}: {reason}");
+    skip_line(&name, reason);
 }
 
 /// The variable naming the folder of the 95 real notebooks (default

@@ -19,6 +19,8 @@ fn fixtures() -> PathBuf {
 const CH5: &str = "pandas-cookbook/cookbook/Chapter 5 - Combining dataframes and scraping Canadian weather data.ipynb";
 const CH7: &str = "pandas-cookbook/cookbook/Chapter 7 - Cleaning up messy data.ipynb";
 const CH9: &str = "pandas-cookbook/cookbook/Chapter 9 - Loading data from SQL databases.ipynb";
+const CHIPOTLE: &str = "pandas_exercises/01_Getting_&_Knowing_Your_Data/Chipotle/Exercise_with_Solutions.ipynb";
+const CHIPOTLE_SOLVED: &str = "pandas_exercises/01_Getting_&_Knowing_Your_Data/Chipotle/Solutions.ipynb";
 
 #[test]
 fn all_95_notebooks_convert_with_known_counts() {
@@ -155,4 +157,16 @@ fn folder_with_a_broken_notebook_fails_or_skips_it() {
     assert_eq!(loaded.dataset.trajectories.len(), 1);
     assert_eq!(loaded.report.skipped_files.len(), 1);
     assert!(loaded.report.skipped_files[0].contains("b.ipynb"));
+}
+
+#[test]
+fn fixtures_are_copies_of_the_shared_notebooks() {
+    let Some(dir) = common::shared_notebooks() else { return };
+    let mut n = 0;
+    for rel in [CH5, CH7, CH9, CHIPOTLE, CHIPOTLE_SOLVED, "pandas_exercises/LICENSE"] {
+        let (a, b) = (std::fs::read(fixtures().join(rel)).unwrap(), std::fs::read(dir.join(rel)).unwrap());
+        assert!(a == b, "{rel} differs from the shared copy");
+        n += 1;
+    }
+    assert_eq!(n, 6);
 }
