@@ -9,8 +9,8 @@
 //! Greedy tokens are compared position by position with the GGUF's choice
 //! fed to both (so one disagreement does not shift the rest); at least 95%
 //! must agree, and every disagreement is printed with the reference's top-2
-//! margin (a near tie). Skipped, saying so, only when python3 with pip is
-//! not available.
+//! margin (a near tie). Python 3 with pip is a prerequisite: without it
+//! the test fails, saying so.
 
 use crate::common;
 use candle_core::Device;
