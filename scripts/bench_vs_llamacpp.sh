@@ -132,7 +132,7 @@ for m in ${TABLE_MODELS[@]+"${TABLE_MODELS[@]}"}; do
   log "$m: themisto bench-model"
   "$THEMISTO" models fetch "$m" >&2
   ours=$("$THEMISTO" bench-model --model "$m" --prompt-tokens "$PP" --gen-tokens "$TG" --repeats "$REPEATS" \
-    --threads "$THREADS" --json)
+    --threads "$THREADS" --output json)
   path=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["model"]["path"])' <<<"$ours")
   [ -n "${first_path:-}" ] || first_path=$path
   log "$m: llama-bench on $path"
@@ -149,7 +149,7 @@ def lc(kind):
         if kind == "tg" and r["n_gen"] == tg and r["n_prompt"] == 0:
             return r["avg_ts"]
     raise SystemExit(f"llama-bench printed no {kind} row")
-pp_o, tg_o = ours["prompt_tokens_per_s_median"], ours["gen_tokens_per_s_median"]
+pp_o, tg_o = ours["rows"][0]["prompt_tokens_per_s_median"], ours["rows"][0]["gen_tokens_per_s_median"]
 pp_l, tg_l = lc("pp"), lc("tg")
 print(f"| {m} | {ours['model']['quantization']} | {pp_o:.1f} | {pp_l:.1f} | {pp_o / pp_l:.2f}x | {tg_o:.1f} | {tg_l:.1f} | {tg_o / tg_l:.2f}x |")
 PY

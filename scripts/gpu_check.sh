@@ -205,7 +205,7 @@ run_check() {
     say "$name: bench-model"
     # shellcheck disable=SC2086 # $opt is an option and its value, or nothing
     "$bin" bench-model --model "$model" --device "$device" --engine "$engine" $opt \
-      --prompt-tokens 512 --gen-tokens 128 --repeats 3 --json >"$out/$name.bench.json" 2>"$out/$name.bench.err" ||
+      --prompt-tokens 512 --gen-tokens 128 --repeats 3 --output json >"$out/$name.bench.json" 2>"$out/$name.bench.err" ||
       problems="bench-model failed: $(tail -1 "$out/$name.bench.err")"
     say "$name: run --limit $limit"
     rc=0
@@ -240,7 +240,8 @@ def wall(name):
 def bench(name):
     try:
         b = json.load(open(os.path.join(out, name + ".bench.json")))
-        return b["prompt_tokens_per_s_median"], b["gen_tokens_per_s_median"], b["model"].get("dtype") or b["model"].get("quantization", "")
+        row = b["rows"][0]
+        return row["prompt_tokens_per_s_median"], row["gen_tokens_per_s_median"], b["model"].get("dtype") or b["model"].get("quantization", "")
     except Exception:
         return None, None, ""
 

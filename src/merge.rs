@@ -211,6 +211,11 @@ pub fn merge_runs(dirs: &[PathBuf], out: &Path) -> Result<ResultsFile, RunError>
         throughput: Some(aggregate::throughput(&merged, wall)),
         environment: first.environment.clone(),
         metric_signatures: metrics::signatures(&unsharded.metrics),
+        warnings: {
+            let mut w: Vec<String> = results.iter().flat_map(|r| r.warnings.iter().cloned()).collect();
+            w.dedup();
+            w
+        },
     };
     records::write_results(out, &merged_results)?;
     Ok(merged_results)

@@ -8,7 +8,7 @@ use crate::model::device::DeviceSpec;
 use crate::model::engine::{DtypePolicy, Engine, WeightsPolicy};
 use crate::model::fetch::FetchOptions;
 use crate::model::registry::DEFAULT_MODEL;
-use crate::prompt::{FitMode, PromptSettings};
+use crate::prompt::{FitMode, PromptFormat, PromptSettings};
 use crate::run::{self, RunError, RunOptions};
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
@@ -68,6 +68,25 @@ impl FitArg {
     }
 }
 
+/// How prompts are laid out (`--prompt-format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PromptFormatArg {
+    /// Messages rendered with the model's chat template (instruct models).
+    Chat,
+    /// Notebook-like text the model continues (base models).
+    Completion,
+}
+
+impl PromptFormatArg {
+    /// The format this value names.
+    pub fn format(self) -> PromptFormat {
+        match self {
+            PromptFormatArg::Chat => PromptFormat::Chat,
+            PromptFormatArg::Completion => PromptFormat::Completion,
+        }
+    }
+}
+
 /// How samples are chosen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ProtocolArg {
@@ -116,6 +135,9 @@ pub struct CommonArgs {
     /// How the history of a prompt is chosen: shared (the four prompts of a step show the same steps, and a trajectory's window moves in jumps, so prompts share long prefixes) or independent (each prompt fitted on its own).
     #[arg(long, value_enum, default_value_t = FitArg::Shared)]
     pub fit: FitArg,
+    /// Prompt format for any model: chat (the model's chat template) or completion (notebook-like text, for base models). Default: the model card's (chat for a raw .gguf file or hf:// model). Recorded in config.json; --resume refuses a different one.
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub prompt_format: Option<PromptFormatArg>,
     /// A prompt template file; replaces the built-in one of its task and variant (repeatable).
     #[arg(long = "prompt-template", value_name = "PATH")]
     pub prompt_templates: Vec<PathBuf>,
@@ -186,6 +208,7 @@ impl CommonArgs {
             runtime_share: self.runtime_share,
             repr_chars: self.repr_chars,
             fit: self.fit.mode(),
+            format: self.prompt_format.map(PromptFormatArg::format),
         }
     }
 

@@ -5,9 +5,11 @@
 //! the reading of one CSV, JSONL, JSON-array or Parquet file (see
 //! [`containers`]) with it: rows are grouped by the `trajectory` column
 //! (trajectories in order of first appearance) and, when `order` is mapped,
-//! sorted by it inside each trajectory (numerically when every value is a
-//! number, else as text; ties keep row order), else kept in row order. Every
-//! column the mapping does not name goes into the step's `extra`.
+//! sorted numerically by it inside each trajectory (ties keep row order),
+//! else kept in row order. An order value must be a finite number (a JSON
+//! number or a number as text); a blank, non-numeric, NaN or infinite one
+//! is an error naming the file, row and column. Every column the mapping
+//! does not name goes into the step's `extra`.
 //!
 //! Mapping keys: `trajectory` and `code` (required), `order`, `output`,
 //! `output_kind`, `stderr`, `has_image`, `exec_time_s` (seconds),
@@ -111,17 +113,10 @@ pub fn read(path: &Path, container: Container, map: &ColumnMap, skip_invalid: bo
     build(rows, path, map, skip_invalid)
 }
 
-/// Sort key of an `order` value.
-#[derive(Debug, Clone, PartialEq, PartialOrd)]
-enum OrderKey {
-    Number(f64),
-    Text(String),
-}
-
 fn build(rows: Vec<Row>, path: &Path, map: &ColumnMap, skip_invalid: bool) -> Result<RowsRead, DataError> {
     let mut read = RowsRead { trajectories: Vec::new(), rows: 0, steps_with_runtime: 0, skipped: Vec::new() };
     let mut order: Vec<String> = Vec::new();
-    let mut groups: HashMap<String, Vec<(OrderKey, usize, Step)>> = HashMap::new();
+    let mut groups: HashMap<String, Vec<(f64, usize, Step)>> = HashMap::new();
     for (seq, (place, row)) in rows.into_iter().enumerate() {
         read.rows += 1;
         match row.and_then(|r| map_row(r, map)) {
@@ -146,36 +141,38 @@ fn build(rows: Vec<Row>, path: &Path, map: &ColumnMap, skip_invalid: bool) -> Re
     }
     for id in order {
         let mut steps = groups.remove(&id).unwrap_or_default();
-        // Numbers sort numerically only when every key of the trajectory is one.
-        if steps.iter().any(|(k, _, _)| matches!(k, OrderKey::Text(_))) {
-            for (k, _, _) in steps.iter_mut() {
-                if let OrderKey::Number(n) = k {
-                    *k = OrderKey::Text(n.to_string());
-                }
-            }
-        }
-        steps.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap_or(std::cmp::Ordering::Equal).then(a.1.cmp(&b.1)));
+        // Keys are finite (see `order_key`), so `total_cmp` is numeric order.
+        steps.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
         let steps = steps.into_iter().enumerate().map(|(i, (_, _, s))| Step { step: i, ..s }).collect();
         read.trajectories.push(Trajectory { id, steps });
     }
     Ok(read)
 }
 
+/// The sort key of an `order` value: a finite number, given as a JSON
+/// number or as text (surrounding spaces allowed).
+fn order_key(v: &Value) -> Result<f64, String> {
+    let n = match v {
+        Value::Number(n) => n.as_f64(),
+        Value::String(s) if s.trim().is_empty() => return Err("blank; order values must be numbers".into()),
+        Value::String(s) => s.trim().parse::<f64>().ok(),
+        _ => None,
+    };
+    match n {
+        Some(n) if n.is_finite() => Ok(n),
+        _ => Err(format!("{v} is not a finite number; order values must be numbers")),
+    }
+}
+
 /// One row as (trajectory id, order key, step).
-fn map_row(mut row: Map<String, Value>, map: &ColumnMap) -> Result<(String, OrderKey, Step), FieldErr> {
+fn map_row(mut row: Map<String, Value>, map: &ColumnMap) -> Result<(String, f64, Step), FieldErr> {
     let mut mapped = Map::new();
-    let mut key = OrderKey::Number(0.0);
+    let mut key = 0.0;
     for (canonical, column) in &map.pairs {
         let value = row.remove(column).filter(|v| !v.is_null());
         match (canonical.as_str(), value) {
             ("order", Some(v)) => {
-                key = match &v {
-                    Value::Number(n) => OrderKey::Number(n.as_f64().unwrap_or(0.0)),
-                    Value::String(s) => {
-                        s.trim().parse::<f64>().map_or_else(|_| OrderKey::Text(s.clone()), OrderKey::Number)
-                    }
-                    other => OrderKey::Text(other.to_string()),
-                };
+                key = order_key(&v).map_err(|message| (column.clone(), message))?;
             }
             ("trajectory" | "code" | "order", None) => {
                 return Err((column.clone(), format!("missing (mapped to `{canonical}`)")));
@@ -241,5 +238,43 @@ mod tests {
         let bad = vec![(Place::Line(4), Ok(Map::new()))];
         let e = build(bad, Path::new("t.csv"), &m, false).unwrap_err().to_string();
         assert_eq!(e, "t.csv: line 4: field `k`: missing (mapped to `trajectory`)");
+    }
+
+    #[test]
+    fn order_keys_sort_as_numbers_or_name_the_row() {
+        let m: ColumnMap = "trajectory=k,order=n,code=src".parse().unwrap();
+        let row = |line: usize, n: Value, src: &str| {
+            let mut r = Map::new();
+            r.insert("k".into(), Value::from("a"));
+            r.insert("n".into(), n);
+            r.insert("src".into(), Value::from(src));
+            (Place::Line(line), Ok(r))
+        };
+        // Text and JSON numbers mix; 9 before 10, -1 first, 2.5 between.
+        let rows = vec![
+            row(2, Value::from("10"), "ten"),
+            row(3, Value::from(9), "nine"),
+            row(4, Value::from(" 2.5 "), "two and a half"),
+            row(5, Value::from("-1"), "minus one"),
+        ];
+        let r = build(rows, Path::new("t.csv"), &m, false).unwrap();
+        let codes: Vec<&str> = r.trajectories[0].steps.iter().map(|s| s.code.as_str()).collect();
+        assert_eq!(codes, ["minus one", "two and a half", "nine", "ten"]);
+        for (value, why) in [
+            (Value::from(""), "blank; order values must be numbers"),
+            (Value::from("  "), "blank; order values must be numbers"),
+            (Value::from("7b"), "\"7b\" is not a finite number; order values must be numbers"),
+            (Value::from("NaN"), "\"NaN\" is not a finite number; order values must be numbers"),
+            (Value::from("inf"), "\"inf\" is not a finite number; order values must be numbers"),
+            (Value::from(true), "true is not a finite number; order values must be numbers"),
+        ] {
+            let rows = || vec![row(2, Value::from("10"), "ten"), row(3, value.clone(), "bad")];
+            let e = build(rows(), Path::new("t.csv"), &m, false).unwrap_err().to_string();
+            assert_eq!(e, format!("t.csv: line 3: field `n`: {why}"));
+            // --skip-invalid drops the row and keeps the rest.
+            let r = build(rows(), Path::new("t.csv"), &m, true).unwrap();
+            assert_eq!(r.trajectories[0].steps.len(), 1);
+            assert_eq!(r.skipped.len(), 1);
+        }
     }
 }

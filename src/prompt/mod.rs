@@ -96,6 +96,10 @@ pub struct PromptSettings {
     /// the option existed reads as `independent`, the fitting it was made with.
     #[serde(default = "FitMode::before_fit_option")]
     pub fit: FitMode,
+    /// The prompt format asked for (`--prompt-format`), over the model
+    /// card's; `None`: the card's (chat for a raw .gguf file or `hf://` model).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<PromptFormat>,
 }
 
 impl PromptSettings {
@@ -191,18 +195,20 @@ struct Walk {
 }
 
 impl<'a> PromptBuilder<'a> {
+    /// Prompts in `settings.format`, else in the model card's `card_format`;
     /// `custom` templates replace the built-in one of their task and variant.
     pub fn new(
         tokenizer: &'a Tokenizer,
-        format: PromptFormat,
+        card_format: PromptFormat,
         settings: PromptSettings,
         custom: Vec<PromptTemplate>,
     ) -> Result<Self, PromptError> {
         settings.validate().map_err(PromptError::Config)?;
+        let format = settings.format.unwrap_or(card_format);
         for c in &custom {
             if c.format != format {
                 return Err(PromptError::Config(format!(
-                    "template {} is for {:?} prompts but the model uses {:?}",
+                    "template {} is for {:?} prompts but the run uses {:?} (--prompt-format or the model card)",
                     c.id, c.format, format
                 )));
             }

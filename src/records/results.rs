@@ -154,4 +154,9 @@ pub struct ResultsFile {
     pub environment: EnvironmentInfo,
     /// Metric signatures (sacrebleu style).
     pub metric_signatures: BTreeMap<String, String>,
+    /// What the run warned about on the console (e.g. `--runtime on` over
+    /// data without runtime snapshots, a protocol stratum short of
+    /// targets); absent when there was nothing.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }

@@ -64,6 +64,7 @@ pub fn score_file(cfg: &ScoreConfig, out: &Path) -> Result<ResultsFile, RecordsE
         throughput: None,
         environment: EnvironmentInfo { cpu_features: Vec::new(), ..EnvironmentInfo::current(1, "none") },
         metric_signatures: metrics::signatures(&cfg.metrics),
+        warnings: Vec::new(),
     };
     super::write_results(out, &results)?;
     Ok(results)

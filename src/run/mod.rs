@@ -169,6 +169,7 @@ pub fn run_in(session: &mut Session, cfg: &RunConfig, opts: &RunOptions) -> Resu
         throughput: Some(aggregate::throughput(&records, wall.elapsed().as_secs_f64())),
         environment: EnvironmentInfo { batch, lookup, ..EnvironmentInfo::current(threads, &cfg.device.to_string()) },
         metric_signatures: metrics::signatures(&cfg.metrics),
+        warnings,
     };
     records::write_results(&opts.out, &results)?;
     Ok(results)

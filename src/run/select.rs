@@ -76,6 +76,7 @@ pub fn select_samples(cfg: &RunConfig, dataset: &Dataset) -> Result<(Vec<Sample>
     warnings.retain(|w| {
         !w.starts_with("task ") || cfg.tasks.iter().any(|t| w.starts_with(&format!("task {}:", t.as_str())))
     });
+    warnings.extend(runtime_warning(cfg, dataset));
     if let Some(shard) = cfg.shard {
         let mine = shard_units(cfg, dataset, &out, shard.count);
         out.retain(|s| mine.get(&(s.trajectory.clone(), s.step)) == Some(&shard.index));
@@ -133,4 +134,19 @@ pub fn dataset_sha256(dataset: &Dataset) -> String {
     let mut buf = Vec::new();
     data::canonical::write(dataset, &mut buf).expect("writing to memory");
     crate::util::sha256_hex(&buf)
+}
+
+/// The warning for runtime=on samples over a dataset without a single
+/// runtime snapshot: their prompts' runtime blocks are empty, so the
+/// runtime=on groups measure the same prompts as runtime=off.
+pub fn runtime_warning(cfg: &RunConfig, dataset: &Dataset) -> Option<String> {
+    let with_runtime = dataset.trajectories.iter().flat_map(|t| &t.steps).filter(|s| s.runtime.is_some()).count();
+    (cfg.runtime.contains(&true) && with_runtime == 0).then(|| {
+        format!(
+            "--runtime on: the dataset {} has no runtime snapshots (none of its {} steps), so the runtime=on \
+             prompts have an empty runtime block; record the notebooks with `themisto record` or use --runtime off",
+            dataset.name,
+            dataset.step_count()
+        )
+    })
 }

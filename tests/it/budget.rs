@@ -27,7 +27,14 @@ fn settings(context: usize, max_new: usize) -> PromptSettings {
 }
 
 fn settings_fit(context: usize, max_new: usize, fit: FitMode) -> PromptSettings {
-    PromptSettings { context_tokens: context, max_new_tokens: max_new, runtime_share: 0.25, repr_chars: 80, fit }
+    PromptSettings {
+        context_tokens: context,
+        max_new_tokens: max_new,
+        runtime_share: 0.25,
+        repr_chars: 80,
+        fit,
+        format: None,
+    }
 }
 
 const SNIPPETS: &[&str] = &[

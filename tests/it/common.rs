@@ -224,18 +224,80 @@ pub fn manifest_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// `../shared/data/notebooks` (the 95 public notebooks beside the checkout),
-/// or `None` when `THEMISTO_NO_SHARED_DATA` says this checkout has none; a
-/// missing folder without that variable fails the test.
+/// Whether the tests run in CI: `CI` set to anything but "", "0" or "false"
+/// (CI services set `CI=true`; `.ci/run` does too).
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !matches!(v.trim().to_ascii_lowercase().as_str(), "" | "0" | "false"))
+}
+
+/// The running test's name, for skip lines.
+fn test_name() -> String {
+    std::thread::current().name().unwrap_or("a test").to_string()
+}
+
+/// A skip line, written to the process's stderr itself rather than through
+/// `eprintln!`, which the test harness captures: `cargo test` shows it.
+fn skip_line(name: &str, reason: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "skipped {name}: {reason}");
+}
+
+/// Skip the rest of a test because this machine lacks hardware it needs (no
+/// GPU, an instruction set the CPU does not have): one line on stderr. The
+/// only kind of skip CI accepts. Call it, then `return`.
+pub fn skip_for_hardware(reason: &str) {
+    skip_line(&test_name(), reason);
+}
+
+/// Skip the rest of a test for any other reason (data or a tool this checkout
+/// does not have): one line on stderr saying what is skipped and how to
+/// enable it. Under CI ([`in_ci`]) it panics instead, since CI must run the
+/// test in full. Call it, then `return`.
+pub fn skip(reason: &str) {
+    let name = test_name();
+    assert!(!in_ci(), "{name} would be skipped in CI (CI is set), which only accepts missing hardware: {reason}");
+    skip_line(&name, reason);
+}
+
+/// The variable naming the folder of the 95 real notebooks (default
+/// `../shared/data/notebooks` beside the checkout).
+pub const NOTEBOOKS_ENV: &str = "THEMISTO_NOTEBOOKS";
+
+/// The folder of the 95 real notebooks: `$THEMISTO_NOTEBOOKS`, else
+/// `../shared/data/notebooks` beside the checkout (the project's machines
+/// and CI have it; a fresh clone does not). `None`, after [`skip`], when it is
+/// absent: the notebooks come from two GitHub repositories (see
+/// `tests/fixtures/notebooks/SOURCES.md`), which no package registry carries,
+/// so the tests cannot fetch them.
 pub fn shared_notebooks() -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/notebooks");
+    let dir = shared_notebooks_path();
     if dir.is_dir() {
         return Some(dir);
     }
-    assert!(
-        std::env::var_os("THEMISTO_NO_SHARED_DATA").is_some(),
-        "{} not found; set THEMISTO_NO_SHARED_DATA=1 to skip the real-data tests",
-        dir.display()
-    );
+    skip(&missing_notebooks("this test"));
     None
+}
+
+/// Where the 95 real notebooks are looked for (see [`shared_notebooks`]).
+pub fn shared_notebooks_path() -> PathBuf {
+    std::env::var_os(NOTEBOOKS_ENV)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/notebooks"))
+}
+
+/// A skip reason: `what` needs the 95 real notebooks, absent here, and how
+/// to provide them.
+pub fn missing_notebooks(what: &str) -> String {
+    format!(
+        "{what} needs the real notebooks, not found at {}; set {NOTEBOOKS_ENV} to a folder holding \
+         github.com/guipsamora/pandas_exercises (daf0fd2) and github.com/jvns/pandas-cookbook (69d3389) \
+         as tests/fixtures/notebooks/SOURCES.md describes",
+        shared_notebooks_path().display()
+    )
+}
+
+/// `tests/fixtures/notebooks`: five of the real notebooks, committed with
+/// their licences (byte-identical copies; `SOURCES.md` there).
+pub fn fixture_notebooks() -> PathBuf {
+    manifest_dir().join("tests/fixtures/notebooks")
 }

@@ -1,7 +1,6 @@
 //! The Themisto sampling protocol on synthetic datasets (lengths chosen so the
 //! rules can be checked exactly) and on the real notebooks.
 
-use std::path::Path;
 use themisto::data::protocol::{self, quantile, themisto_protocol, Strata};
 use themisto::data::samples::{SampleRef, Task};
 use themisto::data::{Dataset, LoadOptions, OutputKind, Step, Trajectory};
@@ -184,15 +183,7 @@ fn short_stratum_is_filled_from_the_others() {
 
 #[test]
 fn real_notebooks_give_200_per_task_with_fill() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/notebooks");
-    if !dir.is_dir() {
-        assert!(
-            std::env::var_os("THEMISTO_NO_SHARED_DATA").is_some(),
-            "{} not found; set THEMISTO_NO_SHARED_DATA=1 to skip the real-data tests",
-            dir.display()
-        );
-        return;
-    }
+    let Some(dir) = crate::common::shared_notebooks() else { return };
     let d = themisto::data::load_paths(&[dir], &LoadOptions::default()).unwrap().dataset;
     let out = themisto_protocol(&d, 0, 200);
     // Independent Python check: next_cell 366 candidates, 132 empty, cap 562.01,

@@ -76,6 +76,7 @@ fn config(limit: Option<usize>, context_tokens: usize, max_new_tokens: usize) ->
             runtime_share: 0.25,
             repr_chars: 80,
             fit: FitMode::Shared,
+            format: None,
         },
         prompt_templates: vec![],
         metrics: Default::default(),

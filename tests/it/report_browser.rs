@@ -206,7 +206,7 @@ fn element<'a>(dom: &'a str, id: &str) -> &'a str {
 #[test]
 fn explorer_in_headless_chromium() {
     let Some(browser) = chromium() else {
-        eprintln!("note: chromium is not on PATH; the browser check is skipped (apt-get install chromium)");
+        common::skip("chromium is not on PATH (apt-get install chromium)");
         return;
     };
     let dir = common::tempdir();
@@ -312,7 +312,7 @@ fn explorer_at_protocol_size() {
     }
     println!("report.html: {:.2} MB, written in {write_s:.2} s ({:?})", size as f64 / 1e6, done.explorer);
     let Some(browser) = chromium() else {
-        eprintln!("note: chromium is not on PATH; load time not measured");
+        common::skip("chromium is not on PATH, so the report's load time is not measured (apt-get install chromium)");
         return;
     };
     let blank = out.join("blank.html");

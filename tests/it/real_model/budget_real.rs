@@ -34,6 +34,7 @@ fn check(dataset: &Dataset, every: usize) -> (usize, usize) {
                 runtime_share: 0.25,
                 repr_chars: 80,
                 fit: FitMode::Independent,
+                format: None,
             };
             PromptBuilder::new(&tok, PromptFormat::Chat, settings, vec![]).unwrap()
         })

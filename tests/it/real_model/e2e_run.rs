@@ -25,6 +25,7 @@ fn config() -> RunConfig {
             runtime_share: 0.25,
             repr_chars: 80,
             fit: FitMode::Shared,
+            format: None,
         },
         prompt_templates: vec![],
         metrics: Default::default(),

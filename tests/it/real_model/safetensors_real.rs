@@ -9,8 +9,8 @@
 //! Greedy tokens are compared position by position with the GGUF's choice
 //! fed to both (so one disagreement does not shift the rest); at least 95%
 //! must agree, and every disagreement is printed with the reference's top-2
-//! margin (a near tie). Skipped, saying so, only when python3 with pip is
-//! not available.
+//! margin (a near tie). Python 3 with pip is a prerequisite: without it
+//! the test fails, saying so.
 
 use crate::common;
 use candle_core::Device;
@@ -30,18 +30,26 @@ const PROMPTS: &[&str] = &[
 ];
 const GREEDY_TOKENS: usize = 24;
 
-fn python_with_pip() -> Option<String> {
+/// `$THEMISTO_PYTHON` or `python3`, which must have pip (the README's
+/// prerequisites): without it the test fails.
+fn python_with_pip() -> String {
     let python = std::env::var("THEMISTO_PYTHON").unwrap_or_else(|_| "python3".into());
-    let ok = Command::new(&python).args(["-m", "pip", "--version"]).output().is_ok_and(|o| o.status.success());
-    ok.then_some(python)
+    let out = Command::new(&python).args(["-m", "pip", "--version"]).output();
+    assert!(
+        out.as_ref().is_ok_and(|o| o.status.success()),
+        "{python} -m pip does not run ({}), so scripts/gguf_to_safetensors.py cannot export the model; \
+         install Python 3 with pip (Debian: python3-pip python3-venv) or set THEMISTO_PYTHON",
+        match &out {
+            Ok(o) => String::from_utf8_lossy(&o.stderr).trim().to_string(),
+            Err(e) => e.to_string(),
+        }
+    );
+    python
 }
 
 #[test]
 fn smollm2_exported_to_safetensors_decodes_like_the_gguf_on_candle_f32() {
-    let Some(python) = python_with_pip() else {
-        eprintln!("SKIPPED: python3 with pip is not available, so scripts/gguf_to_safetensors.py cannot run");
-        return;
-    };
+    let python = python_with_pip();
     let resolved = common::default_model();
     let (gguf_path, _) = resolved.gguf();
     let tmp = common::tempdir();
