@@ -1,4 +1,7 @@
-//! Small helpers shared across stages: hashing, hex, and atomic file output.
+//! Small helpers shared across stages: hashing, hex, atomic file output, and
+//! the Hugging Face hub client ([`hub`]).
+
+pub mod hub;
 
 use sha2::{Digest, Sha256};
 use std::io::{Read, Write};

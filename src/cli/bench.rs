@@ -3,8 +3,8 @@
 use crate::bench::{self, median, BenchConfig};
 use crate::model::device::DeviceSpec;
 use crate::model::engine::{DtypePolicy, Engine, WeightsPolicy};
-use crate::model::fetch::FetchOptions;
 use crate::model::registry::DEFAULT_MODEL;
+use crate::model::source::FetchOptions;
 use crate::model::{LoadOptions, OpenOptions};
 use clap::Args;
 

