@@ -23,8 +23,7 @@
 //! the error names the arguments that differ. Only `threads` may change.
 
 use crate::config::{check_window, differing_fields, SweepConfig};
-use crate::model::fetch::FetchOptions;
-use crate::model::registry;
+use crate::model::source::FetchOptions;
 use crate::records::sweep::{read_index, write_index, SWEEP_SCHEMA};
 use crate::records::{GroupSummary, ResultsFile, RunStatus, SweepIndex, SweepRun};
 use crate::run::{self, RunError, RunOptions};
@@ -70,7 +69,7 @@ fn now() -> String {
 fn model_ids(cfg: &SweepConfig) -> Result<Vec<String>, RunError> {
     let mut ids: Vec<String> = Vec::new();
     for spec in &cfg.models {
-        let card = registry::resolve_spec(spec)?;
+        let card = crate::model::source::resolve_spec(spec)?;
         for &b in &cfg.context_tokens {
             check_window(b, card.context_length, &card.id)?;
         }

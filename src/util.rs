@@ -1,5 +1,7 @@
-//! Small helpers shared across stages: hashing, hex, atomic file output, and
-//! the common prefix of two token lists.
+//! Small helpers shared across stages: hashing, hex, atomic file output, the
+//! common prefix of two token lists, and the Hugging Face hub client ([`hub`]).
+
+pub mod hub;
 
 use sha2::{Digest, Sha256};
 use std::io::{Read, Write};

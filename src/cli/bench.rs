@@ -6,8 +6,8 @@
 use crate::bench::{self, Grid, GridRow};
 use crate::model::device::DeviceSpec;
 use crate::model::engine::{DtypePolicy, Engine, WeightsPolicy};
-use crate::model::fetch::FetchOptions;
 use crate::model::registry::DEFAULT_MODEL;
+use crate::model::source::FetchOptions;
 use crate::model::{LoadOptions, ModelInfo, OpenOptions};
 use clap::{Args, ValueEnum};
 use std::fmt::Write as _;

@@ -162,7 +162,9 @@ pub fn exit_code(err: &anyhow::Error) -> i32 {
 fn model_code(m: &crate::model::ModelError) -> i32 {
     use crate::model::ModelError;
     match m {
+        // The model named is not one themisto knows, or its card is bad: usage.
         ModelError::UnknownModel { .. } | ModelError::Card { .. } => 2,
+        // Every refusal of a model's files (checkpoint configs included).
         _ => 3,
     }
 }

@@ -1,7 +1,7 @@
 //! `themisto models list`, `themisto models fetch ID` and `themisto models tokenizer ID --out FILE`.
 
-use crate::model::fetch::{self, FetchOptions};
 use crate::model::registry;
+use crate::model::source::{self, FetchOptions};
 use clap::Subcommand;
 
 #[derive(Debug, Subcommand)]
@@ -32,7 +32,7 @@ pub fn execute(cmd: ModelsCommand) -> anyhow::Result<()> {
             for card in registry::builtin_cards() {
                 let size: u64 = card.files.iter().filter_map(|f| f.size).sum();
                 let mut attempts = Vec::new();
-                let status = match fetch::find_present(&card, &opts, &mut attempts) {
+                let status = match source::find_present(&card, &opts, &mut attempts) {
                     Some(r) => format!("present ({})", r.origin),
                     None if attempts.is_empty() => "not fetched".to_string(),
                     None => format!("not usable: {}", attempts.join("; ")),
@@ -52,10 +52,13 @@ pub fn execute(cmd: ModelsCommand) -> anyhow::Result<()> {
             Ok(())
         }
         ModelsCommand::Fetch { id } => {
-            let card = registry::resolve_spec(&id)?;
-            let r = fetch::fetch(&card, &opts)?;
+            let card = source::resolve_spec(&id)?;
+            let r = source::fetch(&card, &opts)?;
             for (p, sha) in r.paths.iter().zip(&r.sha256) {
                 println!("{}  {}", sha, p.display());
+            }
+            for name in &r.absent {
+                println!("{name}: not in the model (it runs without it)");
             }
             println!("{} ready (from {})", card.id, r.origin);
             Ok(())

@@ -3,7 +3,7 @@
 
 use super::run::CommonArgs;
 use crate::data;
-use crate::model::fetch::FetchOptions;
+use crate::model::source::FetchOptions;
 use crate::prompt::template::PromptTemplate;
 use crate::prompt::{FitOutcome, PromptBuilder};
 use crate::run::{self, RunError};

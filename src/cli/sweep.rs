@@ -12,7 +12,7 @@
 
 use super::run::{set_threads, RunArgs};
 use crate::config::SweepConfig;
-use crate::model::fetch::FetchOptions;
+use crate::model::source::FetchOptions;
 use crate::run::RunError;
 use crate::sweep::{self, SweepOptions};
 use clap::{ArgAction, ArgMatches, Args, Command, FromArgMatches};

@@ -9,15 +9,14 @@
 //! <cache>/datasets--<owner>--<name>/blobs/<etag>
 //! ```
 //!
-//! The cache folder is `HF_HUB_CACHE`, else `$HF_HOME/hub`, else
-//! `$XDG_CACHE_HOME/huggingface/hub`, else `~/.cache/huggingface/hub`.
-//! `HF_HUB_OFFLINE=1` (or `true`/`yes`/`on`) means: never touch the network,
-//! only resolve from the cache. Hands a [`Snapshot`] (a folder of files) to the
+//! The cache folder, the offline switch, the token, the endpoint and the
+//! retries are those of [`crate::util::hub::HubEnv`] (`HF_HUB_CACHE`,
+//! `HF_HOME`, `HF_HUB_OFFLINE`, `HF_TOKEN`, `HF_ENDPOINT`), as for models. Hands a [`Snapshot`] (a folder of files) to the
 //! loader, which reads it like any folder; `hf://owner/name[@revision]` names a
 //! cached dataset wherever a data path is accepted.
 
 use super::DataError;
-use hf_hub::api::sync::ApiBuilder;
+use crate::util::hub::{self as hub_env, HubEnv};
 use hf_hub::{Cache, Repo, RepoType};
 use std::path::{Path, PathBuf};
 
@@ -36,20 +35,7 @@ pub struct Snapshot {
     pub files: Vec<PathBuf>,
 }
 
-/// The cache folder chosen from environment values (`get`) and the home folder.
-pub fn cache_dir_from(get: impl Fn(&str) -> Option<String>, home: Option<PathBuf>) -> Option<PathBuf> {
-    let set = |k: &str| get(k).filter(|v| !v.trim().is_empty());
-    if let Some(p) = set("HF_HUB_CACHE") {
-        return Some(PathBuf::from(p));
-    }
-    if let Some(p) = set("HF_HOME") {
-        return Some(PathBuf::from(p).join("hub"));
-    }
-    if let Some(p) = set("XDG_CACHE_HOME") {
-        return Some(PathBuf::from(p).join("huggingface").join("hub"));
-    }
-    home.map(|h| h.join(".cache").join("huggingface").join("hub"))
-}
+pub use crate::util::hub::{cache_dir_from, offline_value};
 
 /// The cache folder for this process's environment.
 pub fn cache_dir_from_env() -> Result<PathBuf, DataError> {
@@ -59,14 +45,9 @@ pub fn cache_dir_from_env() -> Result<PathBuf, DataError> {
     })
 }
 
-/// Whether an `HF_HUB_OFFLINE` value asks for offline mode.
-pub fn offline_value(v: Option<&str>) -> bool {
-    matches!(v.map(|s| s.trim().to_ascii_lowercase()).as_deref(), Some("1" | "true" | "yes" | "on"))
-}
-
 /// Whether this process runs offline (`HF_HUB_OFFLINE`).
 pub fn offline_from_env() -> bool {
-    offline_value(std::env::var("HF_HUB_OFFLINE").ok().as_deref())
+    HubEnv::from_env().offline
 }
 
 /// Split `hf://owner/name[@revision]` into (repo id, revision; `main` by default).
@@ -171,26 +152,21 @@ pub fn fetch(cache: &Path, repo: &str, revision: &str, offline: bool, progress: 
         return resolve_cached(cache, repo, revision);
     }
     let hub_err = |message: String| DataError::Hub { repo: repo.to_string(), message };
-    let mut builder = ApiBuilder::from_cache(Cache::new(cache.to_path_buf())).with_progress(progress);
-    if let Ok(endpoint) = std::env::var("HF_ENDPOINT") {
-        builder = builder.with_endpoint(endpoint);
-    }
-    if let Ok(token) = std::env::var("HF_TOKEN") {
-        builder = builder.with_token(Some(token));
-    }
-    let api = builder.build().map_err(|e| hub_err(format!("cannot start the hub client: {e}")))?;
+    let api = HubEnv::from_env().api(cache.to_path_buf(), progress).map_err(hub_err)?;
     let api_repo = api.repo(Repo::with_revision(repo.to_string(), RepoType::Dataset, revision.to_string()));
-    let info = api_repo.info().map_err(|e| {
-        hub_err(format!("cannot list revision {revision:?} (offline? set HF_HUB_OFFLINE=1 to use the cache): {e}"))
+    let info = hub_env::retry(|| api_repo.info()).map_err(|e| {
+        hub_err(format!(
+            "cannot list revision {revision:?} (offline? set HF_HUB_OFFLINE=1 to use the cache): {}",
+            hub_env::describe(&e)
+        ))
     })?;
     let snap_dir = repo_dir(cache, repo).join("snapshots").join(&info.sha);
     for sibling in &info.siblings {
         if snap_dir.join(&sibling.rfilename).is_file() {
             continue;
         }
-        api_repo
-            .download(&sibling.rfilename)
-            .map_err(|e| hub_err(format!("cannot download {}: {e}", sibling.rfilename)))?;
+        hub_env::retry(|| api_repo.download(&sibling.rfilename))
+            .map_err(|e| hub_err(format!("cannot download {}: {}", sibling.rfilename, hub_env::describe(&e))))?;
     }
     // `download` records refs/<revision>; a repo with no files needs it written here.
     let ref_path = repo_dir(cache, repo).join("refs").join(revision);
@@ -208,25 +184,6 @@ pub fn fetch(cache: &Path, repo: &str, revision: &str, offline: bool, progress: 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn env_precedence() {
-        let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
-        };
-        let home = Some(PathBuf::from("/home/u"));
-        assert_eq!(
-            cache_dir_from(env(&[("HF_HUB_CACHE", "/c"), ("HF_HOME", "/h")]), home.clone()),
-            Some(PathBuf::from("/c"))
-        );
-        assert_eq!(cache_dir_from(env(&[("HF_HOME", "/h")]), home.clone()), Some(PathBuf::from("/h/hub")));
-        assert_eq!(
-            cache_dir_from(env(&[("XDG_CACHE_HOME", "/x")]), home.clone()),
-            Some(PathBuf::from("/x/huggingface/hub"))
-        );
-        assert_eq!(cache_dir_from(env(&[]), home), Some(PathBuf::from("/home/u/.cache/huggingface/hub")));
-        assert_eq!(cache_dir_from(env(&[]), None), None);
-    }
 
     #[test]
     fn offline_values_and_specs() {

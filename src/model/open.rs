@@ -6,15 +6,14 @@
 
 use super::candle::{build_weights, Built, CandleModel};
 use super::candle_stack::CandleSlots;
-use super::checkpoint;
 use super::device::{device_name, DeviceSpec};
 use super::engine::{has_cpu_kernel, DtypePolicy, Engine, WeightsPolicy};
-use super::fetch::{self, FetchOptions, ResolvedModel};
 use super::gguf::{read_content, tokenizer_for, GgufFacts};
 use super::info::FileDigest;
 use super::native::NativeModel;
-use super::registry::{self, ModelCard};
+use super::registry::ModelCard;
 use super::safetensors::{self, CheckpointFacts};
+use super::source::{self, checkpoint, FetchOptions, ResolvedModel};
 use super::{LanguageModel, ModelError, ModelInfo};
 use crate::tokenizer::Tokenizer;
 use candle_core::Device;
@@ -51,22 +50,37 @@ pub struct LoadedModel {
 /// Open a model from `--model` text (a registry id, a card, a `.gguf` file
 /// or a folder): resolve, fetch and verify, open the device, load.
 pub fn open(spec: &str, opts: &OpenOptions) -> Result<LoadedModel, ModelError> {
-    let card = registry::resolve_spec(spec)?;
-    let resolved = fetch::fetch(&card, &opts.fetch)?;
+    let card = source::resolve_spec(spec)?;
+    let resolved = source::fetch(&card, &opts.fetch)?;
+    report_absent(&resolved);
     let device = opts.device.open()?;
     load(&resolved, &device, &opts.load)
 }
 
 /// The card and tokenizer of `--model` text, without reading any weight.
 pub fn open_tokenizer(spec: &str, fetch_opts: &FetchOptions) -> Result<(ModelCard, Tokenizer), ModelError> {
-    let card = registry::resolve_spec(spec)?;
-    let resolved = fetch::fetch(&card, fetch_opts)?;
+    let card = source::resolve_spec(spec)?;
+    let resolved = source::fetch(&card, fetch_opts)?;
+    report_absent(&resolved);
     if resolved.card.is_safetensors() {
         return Ok((card, checkpoint_tokenizer(&resolved)?));
     }
     let (path, _) = resolved.gguf();
     let (ct, _) = read_content(path)?;
     Ok((card, tokenizer_for(path, &ct)?))
+}
+
+/// Say on the console which optional files the model does not have (the
+/// results record them as `model.absent_files`).
+fn report_absent(resolved: &ResolvedModel) {
+    if !resolved.absent.is_empty() {
+        eprintln!(
+            "note: {} has no {} ({}); it runs without them",
+            resolved.card.id,
+            resolved.absent.join(", "),
+            resolved.origin
+        );
+    }
 }
 
 /// A checkpoint's tokenizer: `tokenizer.json` with `tokenizer_config.json`
@@ -143,6 +157,7 @@ fn load_checkpoint(resolved: &ResolvedModel, device: &Device, opts: &LoadOptions
         format: "safetensors".into(),
         dtype: dtype_name,
         files,
+        absent_files: resolved.absent.clone(),
     };
     let mut card = resolved.card.clone();
     if card.context_length == 0 {
@@ -228,6 +243,7 @@ pub fn load(resolved: &ResolvedModel, device: &Device, opts: &LoadOptions) -> Re
             name: path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
             sha256: sha.to_string(),
         }],
+        absent_files: resolved.absent.clone(),
     };
     Ok(LoadedModel { model, tokenizer, info, card: resolved.card.clone() })
 }

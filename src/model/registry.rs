@@ -2,14 +2,14 @@
 //!
 //! A card names the files a model needs (with sha256), its architecture, prompt
 //! format and stop strings, and the sources to fetch it from, in order of
-//! preference. `--model` takes a card id, a path to a card (`.toml`), a `.gguf`
-//! file, or a folder holding one; [`resolve_spec`] turns any of these into a
-//! [`ModelCard`] for [`super::fetch`].
+//! preference. Cards are data: this module parses them and builds the cards
+//! of models known only by a path or a hub repository, and never touches the
+//! file system; [`super::source`] reads cards and finds their files.
 
 use super::ModelError;
 use crate::prompt::PromptFormat;
 use serde::{Deserialize, Serialize};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// Cards compiled into the binary (file name, text). `tests` checks this list
 /// matches the `models/` folder.
@@ -103,7 +103,7 @@ pub struct ModelCard {
     pub stop: Vec<String>,
     /// The files: for GGUF, the weights file; for safetensors, files with an
     /// expected sha256 (the rest of the checkpoint is found by name, see
-    /// [`super::checkpoint`]).
+    /// [`super::source::checkpoint`]).
     #[serde(default)]
     pub files: Vec<ModelFile>,
     #[serde(default)]
@@ -172,76 +172,24 @@ pub fn find(id: &str) -> Result<ModelCard, ModelError> {
     Err(ModelError::UnknownModel { id: id.to_string(), known, nearest })
 }
 
-/// Turn a `--model` value into a card: a known id, a card file, a `.gguf`
-/// file, a folder with exactly one `.gguf` in it, a safetensors checkpoint
-/// folder (with a `config.json`), or `hf://ORG/REPO[@REVISION]`.
-pub fn resolve_spec(spec: &str) -> Result<ModelCard, ModelError> {
-    if let Some(rest) = spec.strip_prefix("hf://") {
-        return hub_card(spec, rest);
-    }
-    let path = Path::new(spec);
-    if path.is_dir() && super::checkpoint::is_checkpoint_folder(path) {
-        return Ok(safetensors_card(
-            &path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "checkpoint".into()),
-            spec,
-            Source::Local { path: path.to_path_buf() },
-        ));
-    }
-    let looks_like_path = spec.contains('/') || spec.ends_with(".gguf") || spec.ends_with(".toml");
-    if !looks_like_path || !path.exists() {
-        if looks_like_path && !path.exists() {
-            return Err(ModelError::MissingFile { path: path.to_path_buf() });
-        }
-        return find(spec);
-    }
-    if spec.ends_with(".toml") {
-        let text = std::fs::read_to_string(path).map_err(|e| ModelError::Io { path: path.to_path_buf(), source: e })?;
-        return parse_card(&text, spec);
-    }
-    let (folder, gguf) = if path.is_dir() {
-        let mut ggufs: Vec<PathBuf> = std::fs::read_dir(path)
-            .map_err(|e| ModelError::Io { path: path.to_path_buf(), source: e })?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "gguf"))
-            .collect();
-        ggufs.sort();
-        match ggufs.len() {
-            1 => (path.to_path_buf(), ggufs.remove(0)),
-            0 => {
-                return Err(ModelError::Card { origin: spec.to_string(), message: "folder holds no .gguf file".into() })
-            }
-            _ => {
-                return Err(ModelError::Card {
-                    origin: spec.to_string(),
-                    message: format!(
-                        "folder holds {} .gguf files; name one: {}",
-                        ggufs.len(),
-                        ggufs.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
-                    ),
-                })
-            }
-        }
-    } else {
-        (path.parent().unwrap_or(Path::new(".")).to_path_buf(), path.to_path_buf())
-    };
-    let file_name = gguf.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let id = file_name.trim_end_matches(".gguf").to_string();
-    Ok(ModelCard {
-        id,
-        name: file_name.clone(),
+/// The card of a `.gguf` file `file_name` in `folder`, known only by its path.
+pub fn gguf_card(file_name: &str, folder: PathBuf) -> ModelCard {
+    ModelCard {
+        id: file_name.trim_end_matches(".gguf").to_string(),
+        name: file_name.to_string(),
         architecture: String::new(),
         format: "gguf".into(),
         license: None,
         context_length: 0,
         prompt_format: PromptFormat::Chat,
         stop: Vec::new(),
-        files: vec![ModelFile { name: file_name, sha256: None, size: None }],
+        files: vec![ModelFile { name: file_name.to_string(), sha256: None, size: None }],
         sources: vec![Source::Local { path: folder }],
-    })
+    }
 }
 
 /// A card for a checkpoint known only by its source.
-fn safetensors_card(id: &str, name: &str, source: Source) -> ModelCard {
+pub fn safetensors_card(id: &str, name: &str, source: Source) -> ModelCard {
     ModelCard {
         id: id.to_string(),
         name: name.to_string(),
@@ -254,6 +202,14 @@ fn safetensors_card(id: &str, name: &str, source: Source) -> ModelCard {
         files: Vec::new(),
         sources: vec![source],
     }
+}
+
+/// The prefix of a `--model` value that names a hub repository.
+pub const HUB_PREFIX: &str = "hf://";
+
+/// The card of `hf://ORG/REPO[@REVISION]`; `None` when `spec` does not start with `hf://`.
+pub fn hub_spec(spec: &str) -> Option<Result<ModelCard, ModelError>> {
+    spec.strip_prefix(HUB_PREFIX).map(|rest| hub_card(spec, rest))
 }
 
 /// The card of `hf://ORG/REPO[@REVISION]` (`rest` is what follows `hf://`).
@@ -297,6 +253,8 @@ fn strsim_distance(a: &str, b: &str) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use std::path::Path;
 
     #[test]
     fn builtin_list_matches_models_folder() {
@@ -343,12 +301,12 @@ mod tests {
 
     #[test]
     fn hub_specs_parse() {
-        let card = resolve_spec("hf://Qwen/Qwen2.5-Coder-1.5B-Instruct@abc123").unwrap();
+        let card = hub_spec("hf://Qwen/Qwen2.5-Coder-1.5B-Instruct@abc123").unwrap().unwrap();
         assert!(card.is_safetensors());
         assert_eq!(card.id, "Qwen--Qwen2.5-Coder-1.5B-Instruct");
         assert_eq!(card.sources[0].describe(), "hub Qwen/Qwen2.5-Coder-1.5B-Instruct@abc123");
         for bad in ["hf://", "hf://Qwen", "hf://a/b/c", "hf://a/../b", "hf://a/b@"] {
-            assert!(resolve_spec(bad).is_err(), "{bad}");
+            assert!(hub_spec(bad).unwrap().is_err(), "{bad}");
         }
     }
 

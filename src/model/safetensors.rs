@@ -96,7 +96,7 @@ pub struct CheckpointFacts {
 }
 
 fn config_error(path: &Path, message: impl Into<String>) -> ModelError {
-    ModelError::Card { origin: path.display().to_string(), message: message.into() }
+    ModelError::Unusable { origin: path.display().to_string(), message: message.into() }
 }
 
 impl CheckpointFacts {

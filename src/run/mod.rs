@@ -24,7 +24,7 @@ use crate::data::protocol::MIN_PRIOR_STEPS;
 use crate::data::samples::Sample;
 use crate::data::{self, DataError, Dataset};
 use crate::metrics;
-use crate::model::fetch::FetchOptions;
+use crate::model::source::FetchOptions;
 use crate::model::{LoadOptions, LoadedModel, ModelError, OpenOptions};
 use crate::prompt::template::PromptTemplate;
 use crate::prompt::{PromptBuilder, PromptError};

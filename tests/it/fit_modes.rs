@@ -6,7 +6,7 @@ use crate::common;
 use clap::Parser;
 use themisto::cli::{Cli, Command};
 use themisto::config::RunConfig;
-use themisto::model::fetch::FetchOptions;
+use themisto::model::source::FetchOptions;
 use themisto::prompt::{FitMode, FitOutcome, PromptBuilder};
 use themisto::run::folder;
 use themisto::run::RunOptions;

@@ -36,6 +36,7 @@ mod fetch;
 mod fit_modes;
 mod fresh_clone;
 mod fuzz;
+mod hub_local;
 mod metrics_parity;
 mod model_loader;
 mod native_tiny;

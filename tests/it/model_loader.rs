@@ -5,8 +5,8 @@ use crate::common;
 use candle_core::Device;
 use common::{write_tiny_gguf, TinySpec};
 use themisto::decode::{generate, FinishReason, GenerateConfig};
-use themisto::model::fetch::ResolvedModel;
-use themisto::model::registry::resolve_spec;
+use themisto::model::source::resolve_spec;
+use themisto::model::source::ResolvedModel;
 use themisto::model::{load, LanguageModel, LoadOptions, ModelError};
 
 fn resolved(path: &std::path::Path) -> ResolvedModel {
@@ -16,6 +16,7 @@ fn resolved(path: &std::path::Path) -> ResolvedModel {
         paths: vec![path.to_path_buf()],
         sha256: vec![themisto::util::sha256_file(path).unwrap()],
         origin: "test".into(),
+        absent: Vec::new(),
     }
 }
 

@@ -13,8 +13,8 @@ use candle_core::quantized::gguf_file::Value;
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
 use themisto::model::engine::{Engine, WeightsPolicy};
-use themisto::model::fetch::ResolvedModel;
-use themisto::model::registry::resolve_spec;
+use themisto::model::source::resolve_spec;
+use themisto::model::source::ResolvedModel;
 use themisto::model::{load as load_model, LoadOptions, LoadedModel};
 use themisto::model::{Feed, LanguageModel, Logits};
 
@@ -116,6 +116,7 @@ pub fn resolved(path: &std::path::Path) -> ResolvedModel {
         paths: vec![path.to_path_buf()],
         sha256: vec![themisto::util::sha256_file(path).unwrap()],
         origin: "test".into(),
+        absent: Vec::new(),
     }
 }
 

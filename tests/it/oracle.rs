@@ -12,7 +12,7 @@ use themisto::config::{RunConfig, Selection};
 use themisto::data::samples::{Sample, Task};
 use themisto::data::Dataset;
 use themisto::metrics::answer::AnswerKind;
-use themisto::model::fetch::FetchOptions;
+use themisto::model::source::FetchOptions;
 use themisto::model::{LanguageModel, LoadedModel, ModelError, ModelInfo};
 use themisto::prompt::{FitMode, FitOutcome, PromptBuilder, PromptSettings};
 use themisto::records::read_samples;
@@ -110,6 +110,7 @@ fn info(tokenizer: &Tokenizer) -> ModelInfo {
         format: "gguf".into(),
         dtype: String::new(),
         files: Vec::new(),
+        absent_files: Vec::new(),
     }
 }
 

@@ -11,7 +11,7 @@ use clap::Parser;
 use report_support::{check_xml, decode_png, inflate};
 use std::path::{Path, PathBuf};
 use themisto::cli::{Cli, Command};
-use themisto::model::fetch::FetchOptions;
+use themisto::model::source::FetchOptions;
 use themisto::records::{read_samples, ResultsFile, SampleRecord};
 use themisto::report::paired::compare;
 use themisto::report::table::ci;

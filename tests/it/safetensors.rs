@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use themisto::model::engine::DtypePolicy;
-use themisto::model::fetch::FetchOptions;
+use themisto::model::source::FetchOptions;
 use themisto::model::{LanguageModel, LoadedModel, ModelError, OpenOptions};
 use themisto::util::sha256_file;
 
@@ -70,7 +70,7 @@ pub fn tiny_config(arch: &str) -> Value {
 /// candle-transformers' own model of a config, as the reference: built
 /// afresh on the same variables for each call, it forwards a whole sequence
 /// from position 0 and returns the last position's logits.
-struct Reference {
+pub(crate) struct Reference {
     arch: &'static str,
     config: Value,
     varmap: VarMap,
@@ -172,7 +172,7 @@ fn write_tokenizer_files(dir: &Path) {
 
 /// Write a tiny random checkpoint of `arch` into `dir` (sharded in two when
 /// `sharded`); returns the reference model on the same weights.
-fn write_checkpoint(dir: &Path, arch: &'static str, sharded: bool, seed: u64) -> Reference {
+pub(crate) fn write_checkpoint(dir: &Path, arch: &'static str, sharded: bool, seed: u64) -> Reference {
     std::fs::create_dir_all(dir).unwrap();
     let config = tiny_config(arch);
     let varmap = VarMap::new();

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use themisto::cli::{Cli, Command};
 use themisto::config::RunConfig;
 use themisto::config::SweepConfig;
-use themisto::model::fetch::FetchOptions;
+use themisto::model::source::FetchOptions;
 use themisto::records::sweep::read_index;
 use themisto::records::{read_samples, ResultsFile, SampleRecord};
 use themisto::records::{GroupSummary, RunStatus, SweepIndex};

@@ -5,7 +5,7 @@ use crate::common;
 
 use themisto::config::{RunConfig, Selection};
 use themisto::data::samples::Task;
-use themisto::model::fetch::FetchOptions;
+use themisto::model::source::FetchOptions;
 use themisto::prompt::{FitMode, PromptSettings};
 use themisto::records::read_samples;
 use themisto::run::{run, RunOptions};

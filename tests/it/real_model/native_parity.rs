@@ -15,8 +15,8 @@ use candle_core::quantized::GgmlDType;
 use candle_core::Device;
 use themisto::decode::argmax;
 use themisto::model::engine::{Engine, WeightsPolicy};
-use themisto::model::fetch::{FetchOptions, ResolvedModel};
 use themisto::model::native::Kernels;
+use themisto::model::source::{FetchOptions, ResolvedModel};
 use themisto::model::{gguf, LoadOptions, LoadedModel};
 use themisto::model::{registry, Feed, LanguageModel, Logits};
 
@@ -129,7 +129,7 @@ fn qwen_0_5b() -> ResolvedModel {
     let card = registry::find("qwen2.5-coder-0.5b-instruct").unwrap();
     let mut opts = FetchOptions::from_env();
     opts.progress = false;
-    themisto::model::fetch::fetch(&card, &opts)
+    themisto::model::source::fetch(&card, &opts)
         .unwrap_or_else(|e| panic!("qwen2.5-coder-0.5b-instruct cannot be fetched: {e}"))
 }
 

