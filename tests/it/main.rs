@@ -43,6 +43,7 @@ mod record_replay;
 mod record_sample;
 mod report;
 mod report_browser;
+mod runtime_effect;
 mod safetensors;
 mod shards;
 mod sweep;
