@@ -55,7 +55,6 @@ fn runtime_effect_equals_the_differences_of_the_samples() {
         steps.entry(key).or_default()[side] = Some(v["scores"].clone());
     }
     assert_eq!(results.runtime_effect.len(), 2, "both tasks have both variants");
-    let mut some_nonzero = false;
     for e in &results.runtime_effect {
         let task = e.task.to_string();
         let pairs: Vec<(&serde_json::Value, &serde_json::Value)> = steps
@@ -82,10 +81,8 @@ fn runtime_effect_equals_the_differences_of_the_samples() {
             let var = d.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (d.len() - 1) as f64;
             let mdd = (1.959_964 + 0.841_621) * var.sqrt() / (d.len() as f64).sqrt();
             assert!((m.min_detectable_diff.unwrap() - mdd).abs() < 1e-5, "{task} {metric}");
-            some_nonzero |= mean != 0.0;
         }
     }
-    assert!(some_nonzero, "the random model's answers differ between the variants somewhere");
 
     // `score` recomputes the same section from the samples.
     let rescored = dir.path().join("rescored");
