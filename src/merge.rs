@@ -208,6 +208,7 @@ pub fn merge_runs(dirs: &[PathBuf], out: &Path) -> Result<ResultsFile, RunError>
             steps: dataset.step_count(),
         }),
         groups: aggregate::groups(&merged, &unsharded.metrics, unsharded.seed),
+        runtime_effect: records::runtime_effect::runtime_effect(&merged, unsharded.seed),
         throughput: Some(aggregate::throughput(&merged, wall)),
         environment: first.environment.clone(),
         metric_signatures: metrics::signatures(&unsharded.metrics),

@@ -295,6 +295,7 @@ pub fn execute(args: RunArgs) -> anyhow::Result<()> {
     }
     super::write_report_md(&out, &results)?;
     print!("{}", crate::report::table::groups_table(&results.groups));
+    print!("{}", crate::report::table::runtime_effect_text(&results.runtime_effect));
     if let Some(t) = &results.throughput {
         let drafts = if t.draft_tokens > 0 {
             format!("; {} of {} draft tokens confirmed", t.accepted_draft_tokens, t.draft_tokens)

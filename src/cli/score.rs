@@ -33,6 +33,7 @@ pub fn execute(args: ScoreArgs) -> anyhow::Result<()> {
     let results = score_file(&cfg, &args.out)?;
     super::write_report_md(&args.out, &results)?;
     print!("{}", crate::report::table::groups_table(&results.groups));
+    print!("{}", crate::report::table::runtime_effect_text(&results.runtime_effect));
     println!("results: {}", args.out.display());
     Ok(())
 }

@@ -28,6 +28,7 @@ pub mod answer;
 pub mod bootstrap;
 pub mod chrf;
 pub mod exact;
+pub mod paired;
 pub mod rouge;
 pub mod text;
 

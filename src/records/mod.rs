@@ -8,17 +8,20 @@
 //!   configuration it was made with.
 //! - [`sweep`]: a sweep folder's index, `sweep.json` ([`SweepIndex`]).
 //! - [`aggregate`]: group results (task × runtime) and throughput from records.
+//! - [`runtime_effect`]: runtime-on versus runtime-off pairs of a run.
 //! - [`score`]: re-scoring records with the metrics of a configuration.
 //!
 //! These are public interfaces; a change to one bumps its schema string.
 
 pub mod aggregate;
 pub mod results;
+pub mod runtime_effect;
 pub mod samples;
 pub mod score;
 pub mod sweep;
 
 pub use results::{DatasetInfo, EnvironmentInfo, GroupResult, ResultsConfig, ResultsFile, Throughput};
+pub use runtime_effect::RuntimeEffect;
 pub use samples::SampleRecord;
 pub use sweep::{GroupSummary, RunStatus, SweepIndex, SweepRun};
 

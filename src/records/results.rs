@@ -149,6 +149,10 @@ pub struct ResultsFile {
     #[serde(default)]
     pub dataset: Option<DatasetInfo>,
     pub groups: Vec<GroupResult>,
+    /// Per task, runtime on minus runtime off over the steps scored in both
+    /// (see [`super::runtime_effect`]); empty when the run has one variant.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub runtime_effect: Vec<super::RuntimeEffect>,
     #[serde(default)]
     pub throughput: Option<Throughput>,
     pub environment: EnvironmentInfo,

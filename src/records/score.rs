@@ -61,6 +61,7 @@ pub fn score_file(cfg: &ScoreConfig, out: &Path) -> Result<ResultsFile, RecordsE
         config: ResultsConfig::Score(cfg.clone()),
         dataset: None,
         groups: aggregate::groups(&records, &cfg.metrics, cfg.seed),
+        runtime_effect: super::runtime_effect::runtime_effect(&records, cfg.seed),
         throughput: None,
         environment: EnvironmentInfo { cpu_features: Vec::new(), ..EnvironmentInfo::current(1, "none") },
         metric_signatures: metrics::signatures(&cfg.metrics),

@@ -83,6 +83,19 @@ pub fn blocks(
         b.push(Block::Heading(2, format!("Results: {task}")));
         b.push(Block::Table(results_table(&inputs.runs, task)));
     }
+    if inputs.runs.iter().any(|r| !r.results.runtime_effect.is_empty()) {
+        b.push(Block::Heading(2, "Runtime effect".into()));
+        b.push(Block::Para(format!(
+            "Per run and task, runtime on minus runtime off over the steps scored in both variants. Δ is the mean difference \
+             with its 95% paired bootstrap interval ({RESAMPLES} resamples, the run's seed) and two-sided paired bootstrap p; \
+             better / worse / equal count the pairs; detectable Δ is the smallest mean difference found with 80% power at \
+             α = 0.05 for the observed spread of the differences and the number of pairs ((1.96 + 0.84) · sd / √n)."
+        )));
+        for r in inputs.runs.iter().filter(|r| !r.results.runtime_effect.is_empty()) {
+            b.push(Block::Para(format!("Run {}:", run_name(r))));
+            b.push(Block::Table(super::table::runtime_effect_table(&r.results.runtime_effect)));
+        }
+    }
     if !plots.is_empty() {
         b.push(Block::Heading(2, "Plots".into()));
         b.push(Block::Para(

@@ -2,7 +2,8 @@
 //! [`Table`] that the multi-run report renders as markdown and HTML.
 
 use crate::metrics::MetricValue;
-use crate::records::{GroupResult, ResultsFile, SweepIndex};
+use crate::records::runtime_effect::EffectMetric;
+use crate::records::{GroupResult, ResultsFile, RuntimeEffect, SweepIndex};
 use std::fmt::Write;
 
 /// A table: header, which columns are numbers (right-aligned), and rows of
@@ -71,6 +72,57 @@ pub fn groups_table(groups: &[GroupResult]) -> String {
     s
 }
 
+/// The runtime effect (on − off) per task and metric: pairs, mean
+/// difference with its 95% paired bootstrap interval, p-value, pairs that
+/// got better / worse / stayed equal, and the smallest difference detectable
+/// with 80% power at α = 0.05.
+pub fn runtime_effect_table(effects: &[RuntimeEffect]) -> Table {
+    let mut t = Table::new(&[
+        "task",
+        "metric",
+        ">pairs",
+        "Δ on − off [95% CI]",
+        ">p",
+        ">better",
+        ">worse",
+        ">equal",
+        ">detectable Δ",
+    ]);
+    for e in effects {
+        let rows: [(&str, &EffectMetric, usize); 3] =
+            [("exact match", &e.exact_match, 3), ("ROUGE-L", &e.rouge_l, 3), ("chrF", &e.chrf, 2)];
+        for (name, m, digits) in rows {
+            let d = &m.diff;
+            t.rows.push(vec![
+                e.task.to_string(),
+                name.to_string(),
+                e.n_pairs.to_string(),
+                format!("{:+.p$} [{:+.p$}, {:+.p$}]", d.mean_diff, d.ci_low, d.ci_high, p = digits),
+                format!("{:.3}", d.p_value),
+                m.better.to_string(),
+                m.worse.to_string(),
+                m.equal.to_string(),
+                m.min_detectable_diff.map_or("–".into(), |v| format!("{v:.p$}", p = digits)),
+            ]);
+        }
+    }
+    t
+}
+
+/// The runtime-effect table as printed after a run, with one line saying
+/// what it is; empty when the run has no pairs of runtime variants.
+pub fn runtime_effect_text(effects: &[RuntimeEffect]) -> String {
+    if effects.is_empty() {
+        return String::new();
+    }
+    let mut s = String::from(
+        "\nRuntime effect (runtime on minus off, steps scored in both; paired bootstrap interval and p-value; \
+         detectable Δ: 80% power, α = 0.05):\n\n",
+    );
+    s.push_str(&runtime_effect_table(effects).markdown());
+    s
+}
+
 /// Prompt statistics per group.
 pub fn context_table(groups: &[GroupResult]) -> String {
     let mut s = String::new();
@@ -130,6 +182,7 @@ pub fn report_markdown(r: &ResultsFile) -> String {
     );
     s.push_str("\nScores are means over samples with 95% bootstrap intervals; exact match and ROUGE-L on 0–1, chrF on 0–100.\n\n");
     s.push_str(&groups_table(&r.groups));
+    s.push_str(&runtime_effect_text(&r.runtime_effect));
     s.push('\n');
     s.push_str(&context_table(&r.groups));
     if let Some(t) = &r.throughput {

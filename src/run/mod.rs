@@ -166,6 +166,7 @@ pub fn run_in(session: &mut Session, cfg: &RunConfig, opts: &RunOptions) -> Resu
             steps: dataset.step_count(),
         }),
         groups: aggregate::groups(&records, &cfg.metrics, cfg.seed),
+        runtime_effect: records::runtime_effect::runtime_effect(&records, cfg.seed),
         throughput: Some(aggregate::throughput(&records, wall.elapsed().as_secs_f64())),
         environment: EnvironmentInfo { batch, lookup, ..EnvironmentInfo::current(threads, &cfg.device.to_string()) },
         metric_signatures: metrics::signatures(&cfg.metrics),

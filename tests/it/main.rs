@@ -48,6 +48,7 @@ mod record_sample;
 mod report;
 mod report_browser;
 mod run_options;
+mod runtime_effect;
 mod safetensors;
 mod shards;
 mod sweep;
