@@ -56,9 +56,13 @@ pub struct RuntimeEffect {
 /// The key of a step: dataset, trajectory, step.
 pub type StepKey = (String, String, usize);
 
+/// One task's pairs: each step scored in both variants with its (off, on)
+/// scores, and the count of steps scored in one variant only.
+pub type TaskPairs = (Vec<(StepKey, Scores, Scores)>, usize);
+
 /// Per task, the scores of each step scored in both variants (off, on),
 /// sorted by step key, and the count of steps scored in one variant only.
-pub fn pairs(records: &[SampleRecord]) -> BTreeMap<Task, (Vec<(StepKey, Scores, Scores)>, usize)> {
+pub fn pairs(records: &[SampleRecord]) -> BTreeMap<Task, TaskPairs> {
     type Sides = (Option<Scores>, Option<Scores>);
     let mut by_task: BTreeMap<Task, BTreeMap<StepKey, Sides>> = BTreeMap::new();
     let mut variants: BTreeMap<Task, [bool; 2]> = BTreeMap::new();
