@@ -64,6 +64,10 @@ pub fn tiny_config(arch: &str) -> Value {
     for (k, v) in extra.as_object().unwrap() {
         c[k] = v.clone();
     }
+    if arch == "starcoder2" {
+        // starcoder2 names its norm's epsilon `norm_epsilon`.
+        c.as_object_mut().unwrap().remove("rms_norm_eps");
+    }
     c
 }
 
@@ -152,7 +156,7 @@ fn det_tensor(seed: &mut u64, shape: &[usize], scale: f32) -> Tensor {
 
 /// The tiny tokenizer as tokenizer.json, plus tokenizer_config.json (ChatML
 /// template) and generation_config.json (`<|endoftext|>` as an extra eos).
-fn write_tokenizer_files(dir: &Path) {
+pub(crate) fn write_tokenizer_files(dir: &Path) {
     let gguf = dir.join("tok.gguf");
     common::write_tiny_gguf(&gguf, &common::TinySpec::default());
     let (ct, _) = themisto::model::gguf::read_content(&gguf).unwrap();
