@@ -172,6 +172,13 @@ impl CheckpointFacts {
                 has_lm_head |= name == "lm_head.weight";
             }
         }
+        if !tied && matches!(arch, HfArch::Starcoder2 | HfArch::Gemma2 | HfArch::Gemma3) {
+            // candle-transformers' models of these take the embedding as the output layer.
+            return Err(config_error(
+                config_path,
+                format!("`tie_word_embeddings: false` (an output layer of its own) is not implemented for {model_type}"),
+            ));
+        }
         if !tied && !has_lm_head {
             return Err(config_error(
                 config_path,
