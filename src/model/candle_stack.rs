@@ -44,6 +44,7 @@
 
 use super::arch::Arch;
 use super::candle::{CacheStep, CandleModel};
+use super::hf_config::RopeScaling;
 use super::{Feed, LanguageModel, Logits, ModelError};
 use candle_core::quantized::{gguf_file, QMatMul};
 use candle_core::{DType, Device, IndexOp, Module, Tensor, D};
@@ -399,11 +400,11 @@ impl Stack {
     /// tensors in the run's dtype), built as candle-transformers'
     /// `mistral::Model` (which runs llama checkpoints too),
     /// `qwen2::ModelForCausalLM` and `qwen3::ModelForCausalLM` build theirs.
-    /// `rope_factor`: linear rope scaling (1: none); `windows`: each
-    /// layer's sliding window ([`crate::model::hf_config::Attention`]).
+    /// `rope`: the rope scaling; `windows`: each layer's sliding window
+    /// ([`crate::model::hf_config::Attention`]).
     pub(crate) fn from_safetensors(
         config: &StackConfig,
-        rope_factor: f64,
+        rope: &RopeScaling,
         windows: &[Option<usize>],
         vb: VarBuilder,
     ) -> candle_core::Result<Stack> {
@@ -416,15 +417,23 @@ impl Stack {
         // The rotary tables, kept in the dtype: mistral's angles in f32 from
         // f32 frequencies; qwen2's from f64 powers, computed in the dtype;
         // qwen3's from f64 powers, in f32.
-        let (inv, compute) = match config {
-            StackConfig::Mistral(c) => (inv_freq(head_dim, c.rope_theta, false), DType::F32),
-            StackConfig::Qwen2(c) => (inv_freq(head_dim, c.rope_theta, true), dtype),
-            StackConfig::Qwen3(c) => (inv_freq(head_dim, c.rope_theta, true), DType::F32),
+        let (inv, compute, base) = match config {
+            StackConfig::Mistral(c) => (inv_freq(head_dim, c.rope_theta, false), DType::F32, c.rope_theta),
+            StackConfig::Qwen2(c) => (inv_freq(head_dim, c.rope_theta, true), dtype, c.rope_theta),
+            StackConfig::Qwen3(c) => (inv_freq(head_dim, c.rope_theta, true), DType::F32, c.rope_theta),
         };
+        let (inv, rope_factor, attention_factor) = rope.apply(inv, head_dim, base);
         if windows.len() != d.layers {
             candle_core::bail!("{} layer windows for {} layers", windows.len(), d.layers);
         }
         let (cos, sin) = rotary_tables(inv, d.positions, rope_factor, compute, dtype, &device)?;
+        // YaRN's attention factor scales cos and sin (transformers' `attention_scaling`).
+        let (cos, sin) = if attention_factor == 1.0 {
+            (cos, sin)
+        } else {
+            let f = attention_factor as f64;
+            ((cos.to_dtype(DType::F32)? * f)?.to_dtype(dtype)?, (sin.to_dtype(DType::F32)? * f)?.to_dtype(dtype)?)
+        };
         let vm = vb.pp("model");
         let embed = candle_nn::embedding(d.vocab, hidden, vm.pp("embed_tokens"))?;
         let (inter, eps, bias) = (d.inter, d.eps, d.qkv_bias);
@@ -521,7 +530,8 @@ impl Stack {
             let cols = pos + seq_len - start;
             let m: Vec<f32> = (0..seq_len)
                 .flat_map(|i| {
-                    (start..pos + seq_len).map(move |j| if j > pos + i || pos + i >= j + w { f32::NEG_INFINITY } else { 0. })
+                    (start..pos + seq_len)
+                        .map(move |j| if j > pos + i || pos + i >= j + w { f32::NEG_INFINITY } else { 0. })
                 })
                 .collect();
             let m = Tensor::from_slice(&m, (seq_len, cols), device)?;

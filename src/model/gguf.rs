@@ -171,9 +171,10 @@ pub(crate) fn unused_tensor(ct: &gguf_file::Content, arch: Arch) -> Option<Strin
         "token_embd.weight" | "output_norm.weight" | "output.weight" => true,
         // rope_linear_factor refuses per-frequency rope factors by name.
         "rope_freqs.weight" => true,
-        _ => name.strip_prefix("blk.").and_then(|rest| rest.split_once('.')).is_some_and(|(n, t)| {
-            n.parse::<usize>().is_ok_and(|n| n < blocks) && per_block.contains(&t)
-        }),
+        _ => name
+            .strip_prefix("blk.")
+            .and_then(|rest| rest.split_once('.'))
+            .is_some_and(|(n, t)| n.parse::<usize>().is_ok_and(|n| n < blocks) && per_block.contains(&t)),
     };
     let mut unused: Vec<&String> = ct.tensor_infos.keys().filter(|n| !used(n)).collect();
     unused.sort();

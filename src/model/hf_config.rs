@@ -162,6 +162,162 @@ impl Attention {
     }
 }
 
+/// A rope scaling the stack computes, as transformers 5 computes each kind
+/// (`modeling_rope_utils`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum RopeScaling {
+    None,
+    /// Positions divided by `factor`.
+    Linear {
+        factor: f64,
+    },
+    /// Llama 3.1's: low frequencies divided by `factor`, high ones kept, a
+    /// smooth blend between (wavelengths against `original_max / low` and
+    /// `original_max / high`).
+    Llama3 {
+        factor: f64,
+        low_freq_factor: f64,
+        high_freq_factor: f64,
+        original_max: f64,
+    },
+    /// YaRN: frequencies blended between interpolated (divided by
+    /// `factor`) and extrapolated by a ramp over the dimensions whose
+    /// rotations over `original_max` positions lie between `beta_slow` and
+    /// `beta_fast`, and cos/sin multiplied by `attention_factor`.
+    Yarn {
+        factor: f64,
+        original_max: f64,
+        beta_fast: f64,
+        beta_slow: f64,
+        attention_factor: f64,
+        truncate: bool,
+    },
+}
+
+impl RopeScaling {
+    /// The scaling of a normalised config ([`normalise`] has checked its kind).
+    pub fn of(config: &Map<String, Json>) -> Result<RopeScaling, String> {
+        let Some(Json::Object(p)) = config.get("rope_scaling") else {
+            return Ok(RopeScaling::None);
+        };
+        let num = |key: &str| {
+            p.get(key)
+                .filter(|v| !v.is_null())
+                .map(|v| v.as_f64().ok_or(format!("`rope_scaling.{key}` is not a number: {v}")))
+                .transpose()
+        };
+        let need = |key: &str| num(key)?.ok_or(format!("`rope_scaling` has no `{key}`"));
+        let positive = |key: &str, v: f64| {
+            if v.is_finite() && v > 0.0 {
+                Ok(v)
+            } else {
+                Err(format!("`rope_scaling.{key}` is {v}"))
+            }
+        };
+        let positions = usize_of(config, "max_position_embeddings")?.unwrap_or(0) as f64;
+        Ok(match rope_kind(p) {
+            "default" => RopeScaling::None,
+            "linear" => RopeScaling::Linear { factor: positive("factor", need("factor")?)? },
+            "llama3" => {
+                let (low, high) = (need("low_freq_factor")?, need("high_freq_factor")?);
+                if high <= low {
+                    return Err(format!("`rope_scaling` llama3 with high_freq_factor {high} <= low_freq_factor {low}"));
+                }
+                RopeScaling::Llama3 {
+                    factor: positive("factor", need("factor")?)?,
+                    low_freq_factor: positive("low_freq_factor", low)?,
+                    high_freq_factor: high,
+                    original_max: positive(
+                        "original_max_position_embeddings",
+                        need("original_max_position_embeddings")?,
+                    )?,
+                }
+            }
+            "yarn" => {
+                let original_max = num("original_max_position_embeddings")?.unwrap_or(positions);
+                let original_max = positive("original_max_position_embeddings", original_max)?;
+                let factor = match num("factor")? {
+                    Some(f) => f,
+                    None => positions / original_max,
+                };
+                let factor = positive("factor", factor)?;
+                let mscale = |scale: f64, m: f64| if scale <= 1.0 { 1.0 } else { 0.1 * m * scale.ln() + 1.0 };
+                let attention_factor = match (num("attention_factor")?, num("mscale")?, num("mscale_all_dim")?) {
+                    (Some(a), _, _) => a,
+                    (None, Some(m), Some(all)) if m != 0.0 && all != 0.0 => mscale(factor, m) / mscale(factor, all),
+                    _ => mscale(factor, 1.0),
+                };
+                let truncate = match p.get("truncate") {
+                    None | Some(Json::Null) => true,
+                    Some(v) => v.as_bool().ok_or(format!("`rope_scaling.truncate` is not a boolean: {v}"))?,
+                };
+                RopeScaling::Yarn {
+                    factor,
+                    original_max,
+                    beta_fast: num("beta_fast")?.filter(|&b| b != 0.0).unwrap_or(32.0),
+                    beta_slow: num("beta_slow")?.filter(|&b| b != 0.0).unwrap_or(1.0),
+                    attention_factor,
+                    truncate,
+                }
+            }
+            other => return Err(format!("`rope_scaling` of type {other:?} is not implemented")),
+        })
+    }
+
+    /// The inverse frequencies `inv` (one per pair of a head of `dim`
+    /// dimensions, rotary base `base`) as this scaling makes them, the
+    /// divisor of the positions, and the factor of cos and sin.
+    pub fn apply(&self, inv: Vec<f32>, dim: usize, base: f64) -> (Vec<f32>, f64, f32) {
+        match *self {
+            RopeScaling::None => (inv, 1.0, 1.0),
+            RopeScaling::Linear { factor } => (inv, factor, 1.0),
+            RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max } => {
+                let (factor, low, high, old) =
+                    (factor as f32, low_freq_factor as f32, high_freq_factor as f32, original_max as f32);
+                let (low_wavelen, high_wavelen) = (old / low, old / high);
+                let scaled = inv
+                    .into_iter()
+                    .map(|f| {
+                        let wavelen = 2.0 * std::f32::consts::PI / f;
+                        let g = if wavelen > low_wavelen { f / factor } else { f };
+                        if wavelen < high_wavelen || wavelen > low_wavelen {
+                            g
+                        } else {
+                            let smooth = (old / wavelen - low) / (high - low);
+                            (1.0 - smooth) * g / factor + smooth * g
+                        }
+                    })
+                    .collect();
+                (scaled, 1.0, 1.0)
+            }
+            RopeScaling::Yarn { factor, original_max, beta_fast, beta_slow, attention_factor, truncate } => {
+                let d = dim as f64;
+                let correction = |rotations: f64| {
+                    (d * (original_max / (rotations * 2.0 * std::f64::consts::PI)).ln()) / (2.0 * base.ln())
+                };
+                let (mut low, mut high) = (correction(beta_fast), correction(beta_slow));
+                if truncate {
+                    (low, high) = (low.floor(), high.ceil());
+                }
+                let (low, mut high) = (low.max(0.0) as f32, high.min(d - 1.0) as f32);
+                if low == high {
+                    high += 0.001;
+                }
+                let scaled = inv
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, f)| {
+                        let ramp = ((i as f32 - low) / (high - low)).clamp(0.0, 1.0);
+                        let extrapolation = 1.0 - ramp;
+                        (f / factor as f32) * (1.0 - extrapolation) + f * extrapolation
+                    })
+                    .collect();
+                (scaled, 1.0, attention_factor as f32)
+            }
+        }
+    }
+}
+
 fn is_set(obj: &Map<String, Json>, key: &str) -> bool {
     obj.get(key).is_some_and(|v| !v.is_null())
 }
@@ -222,9 +378,9 @@ fn rope_parameters(arch: HfArch, config: &mut Map<String, Json>) -> Result<(), S
     };
     let mut put = |key: &str, value: Json| -> Result<(), String> {
         match config.get(key) {
-            Some(old) if !old.is_null() && !same_number(old, &value) => Err(format!(
-                "`{key}` is {old} but `rope_parameters` says {value}: the config contradicts itself"
-            )),
+            Some(old) if !old.is_null() && !same_number(old, &value) => {
+                Err(format!("`{key}` is {old} but `rope_parameters` says {value}: the config contradicts itself"))
+            }
             _ => {
                 config.insert(key.to_string(), value);
                 Ok(())
@@ -239,7 +395,10 @@ fn rope_parameters(arch: HfArch, config: &mut Map<String, Json>) -> Result<(), S
     }
     if let Some(local) = &local {
         if rope_kind(local) != "default" {
-            return Err(format!("`rope_parameters.sliding_attention` {} is not implemented", Json::from(local.clone())));
+            return Err(format!(
+                "`rope_parameters.sliding_attention` {} is not implemented",
+                Json::from(local.clone())
+            ));
         }
         put("rope_local_base_freq", theta(local)?)?;
     }
@@ -274,7 +433,7 @@ fn check_values(arch: HfArch, config: &Map<String, Json>) -> Result<(), String> 
     if let Some(Json::Object(scaling)) = config.get("rope_scaling") {
         let kind = rope_kind(scaling);
         let stack = matches!(arch, HfArch::Llama | HfArch::Mistral | HfArch::Qwen2 | HfArch::Qwen3);
-        if !(stack && kind == "linear") && kind != "default" {
+        if !(stack && matches!(kind, "linear" | "llama3" | "yarn")) && kind != "default" {
             return Err(format!("`rope_scaling` {} is not implemented for {name}", Json::from(scaling.clone())));
         }
     } else if is_set(config, "rope_scaling") {
@@ -301,11 +460,9 @@ fn check_values(arch: HfArch, config: &Map<String, Json>) -> Result<(), String> 
     }
     if matches!(arch, HfArch::Qwen2 | HfArch::Starcoder2 | HfArch::Phi3) {
         // Their engines take the head size as hidden_size / heads.
-        if let (Some(d), Some(h), Some(n)) = (
-            usize_of(config, "head_dim")?,
-            usize_of(config, "hidden_size")?,
-            usize_of(config, "num_attention_heads")?,
-        ) {
+        if let (Some(d), Some(h), Some(n)) =
+            (usize_of(config, "head_dim")?, usize_of(config, "hidden_size")?, usize_of(config, "num_attention_heads")?)
+        {
             if n == 0 || d * n != h {
                 return Err(format!("`head_dim` {d} is not hidden_size / num_attention_heads ({h} / {n}) for {name}"));
             }
@@ -423,7 +580,8 @@ fn fill_defaults(arch: HfArch, config: &mut Map<String, Json>, attention: &Atten
 /// The `sliding_window_pattern` that places Gemma 3's sliding layers as
 /// `layer_windows` does (every layer but each `n`-th), if one does.
 pub fn gemma3_pattern(layer_windows: &[Option<usize>]) -> Option<usize> {
-    (1..=layer_windows.len() + 1).find(|&n| layer_windows.iter().enumerate().all(|(i, w)| w.is_some() == ((i + 1) % n > 0)))
+    (1..=layer_windows.len() + 1)
+        .find(|&n| layer_windows.iter().enumerate().all(|(i, w)| w.is_some() == ((i + 1) % n > 0)))
 }
 
 #[cfg(test)]
@@ -453,8 +611,8 @@ mod tests {
 
     #[test]
     fn transformers5_rope_parameters_become_theta_and_scaling() {
-        let (m, _) = run(HfArch::Llama, with(json!({"rope_parameters": {"rope_type": "default", "rope_theta": 5e5}})))
-            .unwrap();
+        let (m, _) =
+            run(HfArch::Llama, with(json!({"rope_parameters": {"rope_type": "default", "rope_theta": 5e5}}))).unwrap();
         assert_eq!(m["rope_theta"], json!(5e5));
         assert!(!m.contains_key("rope_scaling") && !m.contains_key("rope_parameters"));
         let (m, _) = run(
@@ -469,8 +627,8 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.contains("llama3") && err.contains("not implemented"), "{err}");
-        let err = run(HfArch::Llama, with(json!({"rope_theta": 1e4, "rope_parameters": {"rope_theta": 5e5}})))
-            .unwrap_err();
+        let err =
+            run(HfArch::Llama, with(json!({"rope_theta": 1e4, "rope_parameters": {"rope_theta": 5e5}}))).unwrap_err();
         assert!(err.contains("contradicts"), "{err}");
     }
 
@@ -529,7 +687,11 @@ mod tests {
     fn values_the_engines_lack_are_refused() {
         for (arch, extra, word) in [
             (HfArch::Llama, json!({"mlp_bias": true}), "mlp_bias"),
-            (HfArch::Phi3, json!({"rope_scaling": {"type": "longrope", "short_factor": [], "long_factor": []}}), "longrope"),
+            (
+                HfArch::Phi3,
+                json!({"rope_scaling": {"type": "longrope", "short_factor": [], "long_factor": []}}),
+                "longrope",
+            ),
             (HfArch::Qwen2, json!({"head_dim": 2}), "head_dim"),
             (HfArch::Starcoder2, json!({"norm_type": "rms_norm", "norm_epsilon": 1e-5}), "norm_type"),
         ] {

@@ -21,7 +21,7 @@
 
 use super::candle::CacheStep;
 use super::candle_stack::{Stack, StackConfig};
-use super::hf_config::{self, Attention};
+use super::hf_config::{self, Attention, RopeScaling};
 use super::ModelError;
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
@@ -132,7 +132,9 @@ impl CheckpointFacts {
         // transformers' default: tied for starcoder2 and the gemmas.
         let tied = match obj.get("tie_word_embeddings") {
             None | Some(Json::Null) => matches!(arch, HfArch::Starcoder2 | HfArch::Gemma2 | HfArch::Gemma3),
-            Some(v) => v.as_bool().ok_or_else(|| config_error(config_path, "`tie_word_embeddings` is not a boolean"))?,
+            Some(v) => {
+                v.as_bool().ok_or_else(|| config_error(config_path, "`tie_word_embeddings` is not a boolean"))?
+            }
         };
         let usize_field = |name: &str| -> Result<usize, ModelError> {
             config
@@ -176,7 +178,9 @@ impl CheckpointFacts {
             // candle-transformers' models of these take the embedding as the output layer.
             return Err(config_error(
                 config_path,
-                format!("`tie_word_embeddings: false` (an output layer of its own) is not implemented for {model_type}"),
+                format!(
+                    "`tie_word_embeddings: false` (an output layer of its own) is not implemented for {model_type}"
+                ),
             ));
         }
         if !tied && !has_lm_head {
@@ -197,22 +201,6 @@ impl CheckpointFacts {
             stored_dtype,
             tied,
         })
-    }
-}
-
-/// The factor of a config's linear `rope_scaling` (`{"type" or "rope_type":
-/// "linear", "factor": f}`, as deepseek-coder's): 1 without one; `Err` for
-/// any other kind (yarn, dynamic, llama3, ...), which is not run as if it
-/// were unscaled.
-fn linear_rope_factor(config: &serde_json::Map<String, Json>) -> Result<f64, String> {
-    let scaling = match config.get("rope_scaling") {
-        None | Some(Json::Null) => return Ok(1.0),
-        Some(s) => s,
-    };
-    let kind = scaling.get("rope_type").or_else(|| scaling.get("type")).and_then(Json::as_str);
-    match (kind, scaling.get("factor").and_then(Json::as_f64)) {
-        (Some("linear"), Some(f)) if f.is_finite() && f > 0.0 => Ok(f),
-        _ => Err(format!("`rope_scaling` {scaling} is not supported (only linear scaling)")),
     }
 }
 
@@ -317,13 +305,13 @@ pub(crate) fn build(
                 HfArch::Qwen3 => StackConfig::Qwen3(parse_config(facts, config_path)?),
                 _ => StackConfig::Mistral(parse_config(facts, config_path)?),
             };
-            let factor = facts
+            let rope = facts
                 .config
                 .as_object()
-                .map_or(Ok(1.0), linear_rope_factor)
+                .map_or(Ok(RopeScaling::None), RopeScaling::of)
                 .map_err(|e| config_error(config_path, e))?;
             let windows = &facts.attention.layer_windows;
-            return Ok(HfBuilt::Stack(Stack::from_safetensors(&config, factor, windows, vb)?));
+            return Ok(HfBuilt::Stack(Stack::from_safetensors(&config, &rope, windows, vb)?));
         }
         HfArch::Starcoder2 => HfWeights::Starcoder2(starcoder2::Model::new(&parse_config(facts, config_path)?, vb)?),
         HfArch::Phi3 => HfWeights::Phi3(phi3::Model::new(&parse_config(facts, config_path)?, vb)?),
@@ -350,23 +338,6 @@ pub fn generation_eos_ids(path: &Path) -> Result<Vec<u32>, ModelError> {
 #[cfg(test)]
 mod tests {
     use super::HfArch;
-
-    #[test]
-    fn only_linear_rope_scaling_has_a_factor() {
-        let factor = |v: serde_json::Value| super::linear_rope_factor(v.as_object().unwrap());
-        assert_eq!(factor(serde_json::json!({})), Ok(1.0));
-        assert_eq!(factor(serde_json::json!({"rope_scaling": null})), Ok(1.0));
-        assert_eq!(factor(serde_json::json!({"rope_scaling": {"type": "linear", "factor": 4.0}})), Ok(4.0));
-        assert_eq!(factor(serde_json::json!({"rope_scaling": {"rope_type": "linear", "factor": 2}})), Ok(2.0));
-        for bad in [
-            serde_json::json!({"rope_scaling": {"type": "yarn", "factor": 4.0}}),
-            serde_json::json!({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}),
-            serde_json::json!({"rope_scaling": {"type": "linear"}}),
-            serde_json::json!({"rope_scaling": {"type": "linear", "factor": 0.0}}),
-        ] {
-            assert!(factor(bad.clone()).is_err(), "{bad}");
-        }
-    }
 
     #[test]
     fn names_round_trip() {

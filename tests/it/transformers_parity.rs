@@ -105,7 +105,10 @@ fn argmax(row: &[f32]) -> u32 {
 fn check(name: &str, m: &mut LoadedModel, r: &Reference, tokens: &[u32], prompt: usize) {
     let close = |got: &[f32], at: usize, how: &str| {
         let gap = relative_gap(got, &r.logits[at]);
-        assert!(gap <= 1e-4, "{name}: position {at} ({how}): logits differ from transformers' by {gap:e} of their range");
+        assert!(
+            gap <= 1e-4,
+            "{name}: position {at} ({how}): logits differ from transformers' by {gap:e} of their range"
+        );
     };
     let model = &mut m.model;
     model.truncate(0).unwrap();
@@ -154,6 +157,28 @@ fn sliding_windows_over_the_cache_match_transformers() {
             ),
         ),
         ("llama (no window)", config("llama", json!({}))),
+        (
+            "llama, linear rope scaling",
+            config("llama", json!({"rope_parameters": {"rope_type": "linear", "factor": 4.0, "rope_theta": 10000.0}})),
+        ),
+        (
+            // With 8-dimensional heads and 64 original positions, the four
+            // frequencies fall on both sides of the band and inside it.
+            "llama, llama3 rope scaling",
+            config(
+                "llama",
+                json!({"rope_parameters": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                       "high_freq_factor": 4.0, "original_max_position_embeddings": 64, "rope_theta": 10000.0}}),
+            ),
+        ),
+        (
+            "qwen2, YaRN rope scaling",
+            config(
+                "qwen2",
+                json!({"rope_parameters": {"rope_type": "yarn", "factor": 4.0,
+                       "original_max_position_embeddings": 64, "rope_theta": 10000.0}}),
+            ),
+        ),
     ];
     let tmp = common::tempdir();
     for (i, (name, cfg)) in windowed.iter().enumerate() {
@@ -162,7 +187,41 @@ fn sliding_windows_over_the_cache_match_transformers() {
         let mut m = open(&dir);
         assert_eq!(m.info.context_length, 256, "{name}: the engine applies the window, so the context is whole");
         check(name, &mut m, &r, &TOKENS, 6);
+        // The same checkpoint with its config as transformers 4 wrote it.
+        let path = dir.join("config.json");
+        let saved: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        std::fs::write(&path, as_transformers4(&saved).to_string()).unwrap();
+        let mut m = open(&dir);
+        check(&format!("{name}, transformers 4 config"), &mut m, &r, &TOKENS, 6);
     }
+}
+
+/// A config.json written by transformers 5 as transformers 4 wrote it:
+/// `rope_theta` and `rope_scaling` for `rope_parameters` (gemma3: the local
+/// base as `rope_local_base_freq`), and the layer types by the family's rule.
+fn as_transformers4(v5: &Value) -> Value {
+    let mut c = v5.as_object().unwrap().clone();
+    let rope = c.remove("rope_parameters").unwrap();
+    let (global, local) = match rope.get("full_attention") {
+        Some(full) => (full.clone(), rope.get("sliding_attention").cloned()),
+        None => (rope, None),
+    };
+    c.insert("rope_theta".into(), global["rope_theta"].clone());
+    if let Some(local) = local {
+        c.insert("rope_local_base_freq".into(), local["rope_theta"].clone());
+    }
+    if global["rope_type"] != "default" {
+        let mut scaling = global.as_object().unwrap().clone();
+        scaling.remove("rope_theta");
+        c.insert("rope_scaling".into(), Value::Object(scaling));
+    }
+    if c["model_type"] == "gemma3_text" {
+        // Sliding, full, sliding: every second layer full.
+        c.insert("sliding_window_pattern".into(), json!(2));
+        c.remove("_sliding_window_pattern");
+    }
+    c.remove("layer_types");
+    Value::Object(c)
 }
 
 #[test]
