@@ -34,6 +34,10 @@ THEMISTO_HOME = Path(os.environ.get("THEMISTO_HOME", Path.home() / ".cache" / "t
 # tiny_gguf.py, gpu_check_parts.sh).
 DEFAULT_VENV = Path(os.environ.get("THEMISTO_VENV", THEMISTO_HOME / "venv"))
 GGUF_TOOLS = ["gguf==0.17.1", "numpy>=1.26,<3", "safetensors==0.6.2"]
+# The venv of the transformers reference (transformers_reference.py): PyPI's
+# torch wheel with its CUDA libraries (about 3 GB installed; it runs on the CPU).
+TRANSFORMERS_VENV = Path(os.environ.get("THEMISTO_TRANSFORMERS_VENV", THEMISTO_HOME / "venv-transformers"))
+TRANSFORMERS = ["torch==2.15.0", "transformers==5.25.0", "numpy>=1.26,<3"]
 MARKER = ".themisto-requirements"
 
 

@@ -55,6 +55,8 @@ pub enum Command {
 
 /// Run a parsed command line.
 pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
+    // A misspelt kernel override is a usage error before any work, never the default kernels.
+    crate::model::native::kernels_from_env().map_err(crate::config::ConfigError)?;
     match cli.command {
         Command::Run(args) => run::execute(args),
         Command::Models { cmd } => models::execute(cmd),

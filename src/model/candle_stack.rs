@@ -44,6 +44,7 @@
 
 use super::arch::Arch;
 use super::candle::{CacheStep, CandleModel};
+use super::hf_config::RopeScaling;
 use super::{Feed, LanguageModel, Logits, ModelError};
 use candle_core::quantized::{gguf_file, QMatMul};
 use candle_core::{DType, Device, IndexOp, Module, Tensor, D};
@@ -97,10 +98,11 @@ enum Flavor {
     /// norm, as `(1, hidden)`.
     Selected,
     /// `mistral`, `qwen2`, `qwen3` and `quantized_qwen3`: an additive mask
-    /// (0 or −∞, in `dtype`) that also hides keys more than `window` before
-    /// a query within the fed tokens; the last row narrowed to `(1, 1,
-    /// hidden)` before the final norm (mistral) or after it (`norm_first`).
-    Additive { window: Option<usize>, dtype: DType, norm_first: bool },
+    /// (0 or −∞, in `dtype`), which on a layer with a sliding window also
+    /// hides the keys outside it ([`Layer::window`]); the last row narrowed
+    /// to `(1, 1, hidden)` before the final norm (mistral) or after it
+    /// (`norm_first`).
+    Additive { dtype: DType, norm_first: bool },
 }
 
 /// One layer's weights.
@@ -118,6 +120,16 @@ struct Layer {
     gate: Proj,
     up: Proj,
     down: Proj,
+    /// The layer's sliding attention window: a query at position `i` sees
+    /// the keys `i - window + 1 ..= i` (transformers' masks), over the cache
+    /// too; `None`: every key before it.
+    window: Option<usize>,
+}
+
+/// The first key position that a query at `pos` sees on a layer with
+/// `window` (0 without one).
+fn window_start(window: Option<usize>, pos: usize) -> usize {
+    window.map_or(0, |w| (pos + 1).saturating_sub(w))
 }
 
 /// A llama, mistral, qwen2 or qwen3 model's weights, without a cache.
@@ -164,7 +176,6 @@ struct Dims {
     positions: usize,
     eps: f64,
     act: Activation,
-    window: Option<usize>,
     qkv_bias: bool,
 }
 
@@ -182,7 +193,6 @@ impl StackConfig {
                 positions: c.max_position_embeddings,
                 eps: c.rms_norm_eps,
                 act: c.hidden_act,
-                window: c.sliding_window,
                 qkv_bias: false,
             },
             StackConfig::Qwen2(c) => Dims {
@@ -196,7 +206,6 @@ impl StackConfig {
                 positions: c.max_position_embeddings,
                 eps: c.rms_norm_eps,
                 act: c.hidden_act,
-                window: Some(c.sliding_window),
                 qkv_bias: true,
             },
             StackConfig::Qwen3(c) => Dims {
@@ -210,12 +219,14 @@ impl StackConfig {
                 positions: c.max_position_embeddings,
                 eps: c.rms_norm_eps,
                 act: c.hidden_act,
-                window: None,
                 qkv_bias: c.attention_bias,
             },
         }
     }
 }
+
+/// A pass's masks by layer window.
+type Masks = Vec<(Option<usize>, Option<Mask>)>;
 
 /// A pass's attention mask over its fed tokens (none for one token).
 enum Mask {
@@ -330,11 +341,14 @@ impl Stack {
         let embed_q = ct.tensor(reader, "token_embd.weight", device)?;
         let embed = Embedding::new(embed_q.dequantize(device)?, hidden);
         let norm = Norm::Gguf(RmsNorm::from_qtensor(ct.tensor(reader, "output_norm.weight", device)?, eps)?);
-        let output = Proj::Gguf(match ct.tensor(reader, "output.weight", device) {
-            Ok(t) => QMatMul::from_qtensor(t)?,
-            // Tied embeddings.
-            Err(_) if arch == Arch::Llama => QMatMul::from_qtensor(embed_q)?,
-            Err(_) => QMatMul::from_qtensor(ct.tensor(reader, "token_embd.weight", device)?)?,
+        // Tied embeddings only where the file has no output layer: an
+        // output layer that fails to read is an error, not a tie.
+        let output = Proj::Gguf(if ct.tensor_infos.contains_key("output.weight") {
+            QMatMul::from_qtensor(ct.tensor(reader, "output.weight", device)?)?
+        } else if arch == Arch::Llama {
+            QMatMul::from_qtensor(embed_q)?
+        } else {
+            QMatMul::from_qtensor(ct.tensor(reader, "token_embd.weight", device)?)?
         });
         let mut layers = Vec::with_capacity(layers_n);
         for l in 0..layers_n {
@@ -355,12 +369,12 @@ impl Stack {
             };
             let (attn_norm, ffn_norm) = (n("attn_norm")?, n("ffn_norm")?);
             let qk_norm = if qwen3 { Some((n("attn_q_norm")?, n("attn_k_norm")?)) } else { None };
-            layers.push(Layer { wq, wk, wv, wo, bias, attn_norm, ffn_norm, qk_norm, gate, up, down });
+            layers.push(Layer { wq, wk, wv, wo, bias, attn_norm, ffn_norm, qk_norm, gate, up, down, window: None });
         }
         // quantized_qwen3: an additive f32 mask, the last row after the
         // final norm, and on the CPU candle_nn's flash attention.
         let (act, flavor, cpu_flash) = if qwen3 {
-            (Activation::Silu, Flavor::Additive { window: None, dtype: DType::F32, norm_first: true }, device.is_cpu())
+            (Activation::Silu, Flavor::Additive { dtype: DType::F32, norm_first: true }, device.is_cpu())
         } else {
             (Activation::Silu, Flavor::Selected, false)
         };
@@ -386,10 +400,12 @@ impl Stack {
     /// tensors in the run's dtype), built as candle-transformers'
     /// `mistral::Model` (which runs llama checkpoints too),
     /// `qwen2::ModelForCausalLM` and `qwen3::ModelForCausalLM` build theirs.
-    /// `rope_factor`: linear rope scaling (1: none).
+    /// `rope`: the rope scaling; `windows`: each layer's sliding window
+    /// ([`crate::model::hf_config::Attention`]).
     pub(crate) fn from_safetensors(
         config: &StackConfig,
-        rope_factor: f64,
+        rope: &RopeScaling,
+        windows: &[Option<usize>],
         vb: VarBuilder,
     ) -> candle_core::Result<Stack> {
         let (device, dtype) = (vb.device().clone(), vb.dtype());
@@ -401,17 +417,23 @@ impl Stack {
         // The rotary tables, kept in the dtype: mistral's angles in f32 from
         // f32 frequencies; qwen2's from f64 powers, computed in the dtype;
         // qwen3's from f64 powers, in f32.
-        let (inv, compute) = match config {
-            StackConfig::Mistral(c) => (inv_freq(head_dim, c.rope_theta, false), DType::F32),
-            StackConfig::Qwen2(c) => (inv_freq(head_dim, c.rope_theta, true), dtype),
-            StackConfig::Qwen3(c) => {
-                if c.use_sliding_window {
-                    candle_core::bail!("sliding window is not supported");
-                }
-                (inv_freq(head_dim, c.rope_theta, true), DType::F32)
-            }
+        let (inv, compute, base) = match config {
+            StackConfig::Mistral(c) => (inv_freq(head_dim, c.rope_theta, false), DType::F32, c.rope_theta),
+            StackConfig::Qwen2(c) => (inv_freq(head_dim, c.rope_theta, true), dtype, c.rope_theta),
+            StackConfig::Qwen3(c) => (inv_freq(head_dim, c.rope_theta, true), DType::F32, c.rope_theta),
         };
+        let (inv, rope_factor, attention_factor) = rope.apply(inv, head_dim, base);
+        if windows.len() != d.layers {
+            candle_core::bail!("{} layer windows for {} layers", windows.len(), d.layers);
+        }
         let (cos, sin) = rotary_tables(inv, d.positions, rope_factor, compute, dtype, &device)?;
+        // YaRN's attention factor scales cos and sin (transformers' `attention_scaling`).
+        let (cos, sin) = if attention_factor == 1.0 {
+            (cos, sin)
+        } else {
+            let f = attention_factor as f64;
+            ((cos.to_dtype(DType::F32)? * f)?.to_dtype(dtype)?, (sin.to_dtype(DType::F32)? * f)?.to_dtype(dtype)?)
+        };
         let vm = vb.pp("model");
         let embed = candle_nn::embedding(d.vocab, hidden, vm.pp("embed_tokens"))?;
         let (inter, eps, bias) = (d.inter, d.eps, d.qkv_bias);
@@ -447,6 +469,7 @@ impl Stack {
                 gate: proj(vmlp.pp("gate_proj"), hidden, inter, false)?,
                 up: proj(vmlp.pp("up_proj"), hidden, inter, false)?,
                 down: proj(vmlp.pp("down_proj"), inter, hidden, false)?,
+                window: windows[l],
             });
         }
         let norm = Norm::Float(candle_nn::rms_norm(hidden, eps, vm.pp("norm"))?);
@@ -461,8 +484,10 @@ impl Stack {
         let neg_inf = Tensor::new(f32::NEG_INFINITY, &device)?;
         let act = d.act;
         let norm_first = !matches!(config, StackConfig::Mistral(_));
-        let flavor = Flavor::Additive { window: d.window, dtype, norm_first };
-        let cpu_flash = matches!(config, StackConfig::Qwen3(_)) && device.is_cpu();
+        let flavor = Flavor::Additive { dtype, norm_first };
+        // candle_nn's flash attention masks causally only.
+        let cpu_flash =
+            matches!(config, StackConfig::Qwen3(_)) && device.is_cpu() && windows.iter().all(Option::is_none);
         Ok(Stack {
             embed,
             layers,
@@ -481,26 +506,57 @@ impl Stack {
         })
     }
 
-    /// The mask of `seq_len` tokens fed at position `pos` (`None` for one,
-    /// and for the CPU flash attention, which is causal by itself).
-    fn mask(&self, seq_len: usize, pos: usize, device: &Device) -> candle_core::Result<Option<Mask>> {
+    /// The mask of `seq_len` tokens fed at position `pos` on layers with
+    /// `window` (`None` for one token, whose keys [`Stack::attend`] narrows
+    /// to the window, and for the CPU flash attention, which is causal by
+    /// itself). With a window, its columns are the keys from
+    /// [`window_start`] on.
+    fn mask(
+        &self,
+        seq_len: usize,
+        pos: usize,
+        window: Option<usize>,
+        device: &Device,
+    ) -> candle_core::Result<Option<Mask>> {
         if seq_len == 1 || self.cpu_flash {
             return Ok(None);
         }
-        let Flavor::Additive { window, dtype, .. } = self.flavor else {
+        let Flavor::Additive { dtype, .. } = self.flavor else {
             return Ok(Some(Mask::Select(build_causal_mask(seq_len, pos, device)?)));
         };
-        // `mistral::Model::prepare_decoder_attention_mask` (qwen2's is the
-        // same but for the dtype of its zeros).
-        let window = window.unwrap_or(seq_len + 1);
-        let m: Vec<f32> = (0..seq_len)
-            .flat_map(|i| (0..seq_len).map(move |j| if i < j || j + window < i { f32::NEG_INFINITY } else { 0. }))
-            .collect();
+        if let Some(w) = window {
+            // Query `pos + i` sees key `j` when `j <= pos + i < j + w`.
+            let start = window_start(window, pos);
+            let cols = pos + seq_len - start;
+            let m: Vec<f32> = (0..seq_len)
+                .flat_map(|i| {
+                    (start..pos + seq_len)
+                        .map(move |j| if j > pos + i || pos + i >= j + w { f32::NEG_INFINITY } else { 0. })
+                })
+                .collect();
+            let m = Tensor::from_slice(&m, (seq_len, cols), device)?;
+            return Ok(Some(Mask::Add(m.expand((1, 1, seq_len, cols))?.to_dtype(dtype)?)));
+        }
+        // `mistral::Model::prepare_decoder_attention_mask` without a window
+        // (qwen2's is the same but for the dtype of its zeros).
+        let m: Vec<f32> =
+            (0..seq_len).flat_map(|i| (0..seq_len).map(move |j| if i < j { f32::NEG_INFINITY } else { 0. })).collect();
         let mut m = Tensor::from_slice(&m, (seq_len, seq_len), device)?;
         if pos > 0 {
             m = Tensor::cat(&[&Tensor::zeros((seq_len, pos), DType::F32, device)?, &m], D::Minus1)?;
         }
         Ok(Some(Mask::Add(m.expand((1, 1, seq_len, seq_len + pos))?.to_dtype(dtype)?)))
+    }
+
+    /// The masks of one pass, one for each distinct window of the layers.
+    fn masks(&self, seq_len: usize, pos: usize, device: &Device) -> candle_core::Result<Masks> {
+        let mut masks: Masks = Vec::new();
+        for layer in &self.layers {
+            if !masks.iter().any(|(w, _)| *w == layer.window) {
+                masks.push((layer.window, self.mask(seq_len, pos, layer.window, device)?));
+            }
+        }
+        Ok(masks)
     }
 
     /// Whether every weight product takes quantized weights (candle's
@@ -575,6 +631,13 @@ impl Stack {
             _ => (k, v),
         };
         *cache = Some((k.clone(), v.clone()));
+        let start = window_start(layer.window, pos);
+        let (k, v) = if start > 0 {
+            let keys = k.dim(2)? - start;
+            (k.narrow(2, start, keys)?, v.narrow(2, start, keys)?)
+        } else {
+            (k, v)
+        };
         if self.cpu_flash {
             return self.cpu_flash_attention(&q, &k, &v, pos);
         }
@@ -629,12 +692,13 @@ impl Stack {
     /// `(1, vocab)`. The operations of candle-transformers' `forward`.
     pub(crate) fn forward_one(&self, caches: &mut Caches, x: &Tensor, pos: usize) -> candle_core::Result<Tensor> {
         let (_, seq_len) = x.dims2()?;
-        let mask = self.mask(seq_len, pos, x.device())?;
+        let masks = self.masks(seq_len, pos, x.device())?;
         let mut h = self.embed.forward(x)?;
         for (layer, cache) in self.layers.iter().zip(caches.iter_mut()) {
             let xn = layer.attn_norm.forward(&h)?;
             let (q, k, v) = self.qkv(layer, &xn)?;
-            let y = self.attend(layer, cache, &q, &k, &v, mask.as_ref(), pos)?;
+            let mask = masks.iter().find(|(w, _)| *w == layer.window).and_then(|(_, m)| m.as_ref());
+            let y = self.attend(layer, cache, &q, &k, &v, mask, pos)?;
             let x = (layer.wo.forward(&y)? + &h)?;
             let m = self.mlp(layer, &layer.ffn_norm.forward(&x)?)?;
             h = (m + &x)?;

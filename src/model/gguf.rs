@@ -94,7 +94,7 @@ pub struct GgufFacts {
     pub arch: Arch,
     /// Rows of `token_embd.weight` (the logits length).
     pub vocab_rows: usize,
-    /// `<arch>.context_length` (2048 when absent).
+    /// `<arch>.context_length` (required: the GGUF format makes it so).
     pub context_length: usize,
     /// Elements of all tensors.
     pub parameters: u64,
@@ -124,11 +124,61 @@ impl GgufFacts {
                     message: "no token_embd.weight tensor (with at least one dimension)".into(),
                 },
             )?;
-        let context_length = md_u32(ct, &format!("{arch_name}.context_length")).unwrap_or(2048) as usize;
+        let invalid = |message: String| ModelError::InvalidGguf { path: path.to_path_buf(), message };
+        let context_length = md_u32(ct, &format!("{arch_name}.context_length"))
+            .ok_or_else(|| invalid(format!("metadata has no {arch_name}.context_length")))?
+            as usize;
+        if let Some(name) = unused_tensor(ct, arch) {
+            return Err(ModelError::Unusable {
+                origin: path.display().to_string(),
+                message: format!(
+                    "tensor {name} is not part of the {arch_name} network the engines compute, so the file would \
+                     not run as written"
+                ),
+            });
+        }
         let parameters: u64 =
             ct.tensor_infos.values().map(|t| elem_count(t).unwrap_or(u64::MAX)).fold(0, u64::saturating_add);
         Ok(GgufFacts { arch_name, arch, vocab_rows, context_length, parameters, quantization: dominant_dtype(ct) })
     }
+}
+
+/// A tensor of the file that no engine reads for `arch` (a bias of a llama
+/// file, a tensor of a block beyond `block_count`, ...), if any: running
+/// without it would compute another network than the file's. Only the
+/// architectures of the stack and the native engine are checked (gemma3
+/// runs on candle-transformers' own model, which names its tensors itself).
+pub(crate) fn unused_tensor(ct: &gguf_file::Content, arch: Arch) -> Option<String> {
+    let mut per_block = vec![
+        "attn_norm.weight",
+        "attn_q.weight",
+        "attn_k.weight",
+        "attn_v.weight",
+        "attn_output.weight",
+        "ffn_norm.weight",
+        "ffn_gate.weight",
+        "ffn_up.weight",
+        "ffn_down.weight",
+    ];
+    match arch {
+        Arch::Llama => {}
+        Arch::Qwen2 => per_block.extend(["attn_q.bias", "attn_k.bias", "attn_v.bias"]),
+        Arch::Qwen3 => per_block.extend(["attn_q_norm.weight", "attn_k_norm.weight"]),
+        Arch::Gemma3 => return None,
+    }
+    let blocks = md_u32(ct, &format!("{}.block_count", arch.as_str())).unwrap_or(0) as usize;
+    let used = |name: &str| match name {
+        "token_embd.weight" | "output_norm.weight" | "output.weight" => true,
+        // rope_linear_factor refuses per-frequency rope factors by name.
+        "rope_freqs.weight" => true,
+        _ => name
+            .strip_prefix("blk.")
+            .and_then(|rest| rest.split_once('.'))
+            .is_some_and(|(n, t)| n.parse::<usize>().is_ok_and(|n| n < blocks) && per_block.contains(&t)),
+    };
+    let mut unused: Vec<&String> = ct.tensor_infos.keys().filter(|n| !used(n)).collect();
+    unused.sort();
+    unused.first().map(|n| n.to_string())
 }
 
 /// The most common tensor type by element count, e.g. "Q4_1".

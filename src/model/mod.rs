@@ -30,6 +30,7 @@ pub mod device;
 pub mod engine;
 pub mod feed;
 pub mod gguf;
+pub mod hf_config;
 pub mod info;
 pub mod native;
 pub mod open;

@@ -21,6 +21,7 @@
 
 use super::candle::CacheStep;
 use super::candle_stack::{Stack, StackConfig};
+use super::hf_config::{self, Attention, RopeScaling};
 use super::ModelError;
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
@@ -85,14 +86,24 @@ pub struct CheckpointFacts {
     pub config: Json,
     /// `vocab_size` (the logits length).
     pub vocab_rows: usize,
-    /// `max_position_embeddings`.
+    /// The positions the engine computes as transformers does:
+    /// `max_position_embeddings`, or less where the engine cannot apply a
+    /// sliding window to cached positions ([`CheckpointFacts::window_bound`]).
     pub context_length: usize,
+    /// Each layer's attention window, as transformers resolves it.
+    pub attention: Attention,
+    /// The window that bounds `context_length`, where the architecture runs
+    /// on a candle-transformers model that attends every cached position
+    /// (starcoder2, phi3, gemma2).
+    pub window_bound: Option<usize>,
     /// Elements of all tensors (from the safetensors headers).
     pub parameters: u64,
     /// The most common stored dtype by element count, e.g. `BF16`.
     pub stored_dtype: String,
-    /// Whether the files hold an `lm_head.weight` (else it is tied to the embedding).
-    pub has_lm_head: bool,
+    /// Whether the output layer is the token embedding: the config's
+    /// `tie_word_embeddings` (transformers' default for the family when
+    /// absent); an untied checkpoint without `lm_head.weight` is refused.
+    pub tied: bool,
 }
 
 fn config_error(path: &Path, message: impl Into<String>) -> ModelError {
@@ -116,7 +127,15 @@ impl CheckpointFacts {
             file: Some(config_path.to_path_buf()),
             supported: HfArch::SUPPORTED.to_vec(),
         })?;
-        adapt_config(arch, &mut config, config_path)?;
+        let obj = config.as_object_mut().ok_or_else(|| config_error(config_path, "not a JSON object"))?;
+        let attention = hf_config::normalise(arch, obj).map_err(|e| config_error(config_path, e))?;
+        // transformers' default: tied for starcoder2 and the gemmas.
+        let tied = match obj.get("tie_word_embeddings") {
+            None | Some(Json::Null) => matches!(arch, HfArch::Starcoder2 | HfArch::Gemma2 | HfArch::Gemma3),
+            Some(v) => {
+                v.as_bool().ok_or_else(|| config_error(config_path, "`tie_word_embeddings` is not a boolean"))?
+            }
+        };
         let usize_field = |name: &str| -> Result<usize, ModelError> {
             config
                 .get(name)
@@ -125,7 +144,17 @@ impl CheckpointFacts {
                 .ok_or_else(|| config_error(config_path, format!("no integer `{name}`")))
         };
         let vocab_rows = usize_field("vocab_size")?;
-        let context_length = usize_field("max_position_embeddings")?;
+        let positions = usize_field("max_position_embeddings")?;
+        // candle-transformers' starcoder2, phi3 and gemma2 attend every
+        // cached position: beyond the window they would not compute what
+        // transformers does, so the window bounds the context.
+        let window_bound = match arch {
+            HfArch::Starcoder2 | HfArch::Phi3 | HfArch::Gemma2 => {
+                attention.smallest_window().filter(|&w| w < positions)
+            }
+            _ => None,
+        };
+        let context_length = window_bound.unwrap_or(positions);
         if weights.is_empty() {
             return Err(config_error(config_path, "the checkpoint has no safetensors weight file"));
         }
@@ -145,55 +174,33 @@ impl CheckpointFacts {
                 has_lm_head |= name == "lm_head.weight";
             }
         }
+        if !tied && matches!(arch, HfArch::Starcoder2 | HfArch::Gemma2 | HfArch::Gemma3) {
+            // candle-transformers' models of these take the embedding as the output layer.
+            return Err(config_error(
+                config_path,
+                format!(
+                    "`tie_word_embeddings: false` (an output layer of its own) is not implemented for {model_type}"
+                ),
+            ));
+        }
+        if !tied && !has_lm_head {
+            return Err(config_error(
+                config_path,
+                "`tie_word_embeddings` is false but the weights have no `lm_head.weight`",
+            ));
+        }
         let stored_dtype = by_dtype.into_iter().max_by_key(|(_, n)| *n).map(|(k, _)| k).unwrap_or_default();
-        Ok(CheckpointFacts { arch, config, vocab_rows, context_length, parameters, stored_dtype, has_lm_head })
-    }
-}
-
-/// Fill the defaults the engine's config types need and refuse settings the
-/// engine would silently ignore.
-fn adapt_config(arch: HfArch, config: &mut Json, path: &Path) -> Result<(), ModelError> {
-    let Some(obj) = config.as_object_mut() else {
-        return Err(config_error(path, "not a JSON object"));
-    };
-    let present = |obj: &serde_json::Map<String, Json>, k: &str| obj.get(k).is_some_and(|v| !v.is_null());
-    if matches!(arch, HfArch::Llama | HfArch::Mistral | HfArch::Qwen2 | HfArch::Qwen3) {
-        linear_rope_factor(obj).map_err(|e| config_error(path, format!("{e} for {} checkpoints", arch.as_str())))?;
-    }
-    if matches!(arch, HfArch::Llama | HfArch::Mistral) {
-        for flag in ["attention_bias", "mlp_bias"] {
-            if obj.get(flag).and_then(Json::as_bool) == Some(true) {
-                return Err(config_error(path, format!("`{flag}: true` is not supported for {}", arch.as_str())));
-            }
-        }
-        if !present(obj, "num_key_value_heads") {
-            if let Some(h) = obj.get("num_attention_heads").cloned() {
-                obj.insert("num_key_value_heads".into(), h);
-            }
-        }
-        if !present(obj, "rope_theta") {
-            obj.insert("rope_theta".into(), Json::from(10_000.0));
-        }
-        if arch == HfArch::Llama {
-            obj.insert("sliding_window".into(), Json::Null);
-        }
-    }
-    Ok(())
-}
-
-/// The factor of a config's linear `rope_scaling` (`{"type" or "rope_type":
-/// "linear", "factor": f}`, as deepseek-coder's): 1 without one; `Err` for
-/// any other kind (yarn, dynamic, llama3, ...), which is not run as if it
-/// were unscaled.
-fn linear_rope_factor(config: &serde_json::Map<String, Json>) -> Result<f64, String> {
-    let scaling = match config.get("rope_scaling") {
-        None | Some(Json::Null) => return Ok(1.0),
-        Some(s) => s,
-    };
-    let kind = scaling.get("rope_type").or_else(|| scaling.get("type")).and_then(Json::as_str);
-    match (kind, scaling.get("factor").and_then(Json::as_f64)) {
-        (Some("linear"), Some(f)) if f.is_finite() && f > 0.0 => Ok(f),
-        _ => Err(format!("`rope_scaling` {scaling} is not supported (only linear scaling)")),
+        Ok(CheckpointFacts {
+            arch,
+            config,
+            vocab_rows,
+            context_length,
+            attention,
+            window_bound,
+            parameters,
+            stored_dtype,
+            tied,
+        })
     }
 }
 
@@ -279,7 +286,7 @@ pub(crate) fn build(
     // SAFETY: as in `CheckpointFacts::read`: read-only maps of files we do not modify.
     let vb = unsafe { VarBuilder::from_mmaped_safetensors(weights, dtype, device) }?;
     let vb =
-        if facts.has_lm_head {
+        if !facts.tied {
             vb
         } else {
             // Tied output layer: read the embedding where a model asks for lm_head.
@@ -298,12 +305,13 @@ pub(crate) fn build(
                 HfArch::Qwen3 => StackConfig::Qwen3(parse_config(facts, config_path)?),
                 _ => StackConfig::Mistral(parse_config(facts, config_path)?),
             };
-            let factor = facts
+            let rope = facts
                 .config
                 .as_object()
-                .map_or(Ok(1.0), linear_rope_factor)
+                .map_or(Ok(RopeScaling::None), RopeScaling::of)
                 .map_err(|e| config_error(config_path, e))?;
-            return Ok(HfBuilt::Stack(Stack::from_safetensors(&config, factor, vb)?));
+            let windows = &facts.attention.layer_windows;
+            return Ok(HfBuilt::Stack(Stack::from_safetensors(&config, &rope, windows, vb)?));
         }
         HfArch::Starcoder2 => HfWeights::Starcoder2(starcoder2::Model::new(&parse_config(facts, config_path)?, vb)?),
         HfArch::Phi3 => HfWeights::Phi3(phi3::Model::new(&parse_config(facts, config_path)?, vb)?),
@@ -330,23 +338,6 @@ pub fn generation_eos_ids(path: &Path) -> Result<Vec<u32>, ModelError> {
 #[cfg(test)]
 mod tests {
     use super::HfArch;
-
-    #[test]
-    fn only_linear_rope_scaling_has_a_factor() {
-        let factor = |v: serde_json::Value| super::linear_rope_factor(v.as_object().unwrap());
-        assert_eq!(factor(serde_json::json!({})), Ok(1.0));
-        assert_eq!(factor(serde_json::json!({"rope_scaling": null})), Ok(1.0));
-        assert_eq!(factor(serde_json::json!({"rope_scaling": {"type": "linear", "factor": 4.0}})), Ok(4.0));
-        assert_eq!(factor(serde_json::json!({"rope_scaling": {"rope_type": "linear", "factor": 2}})), Ok(2.0));
-        for bad in [
-            serde_json::json!({"rope_scaling": {"type": "yarn", "factor": 4.0}}),
-            serde_json::json!({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}),
-            serde_json::json!({"rope_scaling": {"type": "linear"}}),
-            serde_json::json!({"rope_scaling": {"type": "linear", "factor": 0.0}}),
-        ] {
-            assert!(factor(bad.clone()).is_err(), "{bad}");
-        }
-    }
 
     #[test]
     fn names_round_trip() {

@@ -39,6 +39,7 @@ mod fuzz;
 mod hub_local;
 mod metrics_parity;
 mod model_loader;
+mod model_refusals;
 mod native_tiny;
 mod oracle;
 mod record;
@@ -54,6 +55,7 @@ mod shards;
 mod sweep;
 mod tokenizer_file;
 mod tokenizer_unit;
+mod transformers_parity;
 
 /// Tests on the real registry models (SmolLM2-135M and Qwen2.5-Coder-0.5B).
 mod real_model {

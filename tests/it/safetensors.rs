@@ -50,19 +50,23 @@ pub fn tiny_config(arch: &str) -> Value {
             json!({"head_dim": 8, "attention_bias": false, "sliding_window": null, "max_window_layers": 2, "use_sliding_window": false, "tie_word_embeddings": true})
         }
         "starcoder2" => {
-            json!({"norm_epsilon": 1e-5, "use_bias": true, "sliding_window": null, "hidden_act": "gelu_pytorch_tanh"})
+            json!({"norm_epsilon": 1e-5, "use_bias": true, "sliding_window": null, "hidden_act": "gelu_pytorch_tanh", "tie_word_embeddings": true})
         }
         "phi3" => json!({"bos_token_id": null, "eos_token_id": null, "rope_scaling": null}),
         "gemma2" => {
-            json!({"attention_bias": false, "head_dim": 8, "hidden_activation": "gelu_pytorch_tanh", "final_logit_softcapping": 30.0, "attn_logit_softcapping": 50.0, "query_pre_attn_scalar": 8, "sliding_window": 4096})
+            json!({"attention_bias": false, "head_dim": 8, "hidden_activation": "gelu_pytorch_tanh", "final_logit_softcapping": 30.0, "attn_logit_softcapping": 50.0, "query_pre_attn_scalar": 8, "sliding_window": 4096, "tie_word_embeddings": true})
         }
         "gemma3_text" => {
-            json!({"attention_bias": false, "head_dim": 8, "hidden_activation": "gelu_pytorch_tanh", "final_logit_softcapping": null, "attn_logit_softcapping": null, "query_pre_attn_scalar": 8, "sliding_window": 4096, "sliding_window_pattern": 2, "rope_local_base_freq": 10000.0})
+            json!({"attention_bias": false, "head_dim": 8, "hidden_activation": "gelu_pytorch_tanh", "final_logit_softcapping": null, "attn_logit_softcapping": null, "query_pre_attn_scalar": 8, "sliding_window": 4096, "sliding_window_pattern": 2, "rope_local_base_freq": 10000.0, "tie_word_embeddings": true})
         }
         other => panic!("no tiny config for {other}"),
     };
     for (k, v) in extra.as_object().unwrap() {
         c[k] = v.clone();
+    }
+    if arch == "starcoder2" {
+        // starcoder2 names its norm's epsilon `norm_epsilon`.
+        c.as_object_mut().unwrap().remove("rms_norm_eps");
     }
     c
 }
@@ -152,7 +156,7 @@ fn det_tensor(seed: &mut u64, shape: &[usize], scale: f32) -> Tensor {
 
 /// The tiny tokenizer as tokenizer.json, plus tokenizer_config.json (ChatML
 /// template) and generation_config.json (`<|endoftext|>` as an extra eos).
-fn write_tokenizer_files(dir: &Path) {
+pub(crate) fn write_tokenizer_files(dir: &Path) {
     let gguf = dir.join("tok.gguf");
     common::write_tiny_gguf(&gguf, &common::TinySpec::default());
     let (ct, _) = themisto::model::gguf::read_content(&gguf).unwrap();

@@ -60,8 +60,10 @@ impl Config {
             head_dim,
             ff: need("feed_forward_length")?,
             vocab_rows,
-            context: md_u32(ct, &format!("{a}.context_length")).unwrap_or(2048),
-            eps: md_f32(ct, &format!("{a}.attention.layer_norm_rms_epsilon")).unwrap_or(1e-6),
+            context: need("context_length")?,
+            eps: md_f32(ct, &format!("{a}.attention.layer_norm_rms_epsilon"))
+                .ok_or_else(|| format!("metadata has no {a}.attention.layer_norm_rms_epsilon"))?,
+            // GGUF's default base when absent (as llama.cpp reads it).
             rope_base: md_f32(ct, &format!("{a}.rope.freq_base")).unwrap_or(10_000.0),
             rope_neox: arch != Arch::Llama,
             rope_factor: crate::model::gguf::rope_linear_factor(ct, a)?,

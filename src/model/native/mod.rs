@@ -65,18 +65,31 @@ const CHUNK: usize = 512;
 /// see [`Kernels::Avx512V1`]).
 pub const KERNELS_ENV: &str = "THEMISTO_NATIVE_KERNELS";
 
-/// The kernel set [`KERNELS_ENV`] asks for, else [`Kernels::detect`].
-pub fn kernels_from_env() -> Kernels {
-    match std::env::var(KERNELS_ENV).as_deref() {
-        Ok("scalar") => Kernels::Scalar,
-        Ok("avx2") => Kernels::Avx2,
-        Ok("avx2-sums") => Kernels::Avx2Sums,
-        Ok("avx2-sums-v1") => Kernels::Avx2SumsV1,
-        Ok("avx2-vnni") => Kernels::Avx2Vnni,
-        Ok("avx512-v1") => Kernels::Avx512V1,
-        Ok("avx512") => Kernels::Avx512,
-        _ => Kernels::detect(),
-    }
+/// The values [`KERNELS_ENV`] takes.
+pub const KERNEL_NAMES: [&str; 7] = ["scalar", "avx2", "avx2-sums", "avx2-sums-v1", "avx2-vnni", "avx512-v1", "avx512"];
+
+/// The kernel set [`KERNELS_ENV`] asks for, else (unset or empty)
+/// [`Kernels::detect`]; `Err` names a value that is none of
+/// [`KERNEL_NAMES`], which is never taken for the default.
+pub fn kernels_from_env() -> Result<Kernels, String> {
+    let value = match std::env::var(KERNELS_ENV) {
+        Err(std::env::VarError::NotPresent) => return Ok(Kernels::detect()),
+        Err(std::env::VarError::NotUnicode(v)) => return Err(format!("{KERNELS_ENV}={v:?} is not a kernel set")),
+        Ok(v) if v.is_empty() => return Ok(Kernels::detect()),
+        Ok(v) => v,
+    };
+    Ok(match value.as_str() {
+        "scalar" => Kernels::Scalar,
+        "avx2" => Kernels::Avx2,
+        "avx2-sums" => Kernels::Avx2Sums,
+        "avx2-sums-v1" => Kernels::Avx2SumsV1,
+        "avx2-vnni" => Kernels::Avx2Vnni,
+        "avx512-v1" => Kernels::Avx512V1,
+        "avx512" => Kernels::Avx512,
+        other => {
+            return Err(format!("{KERNELS_ENV}={other:?} is not a kernel set (one of: {})", KERNEL_NAMES.join(", ")))
+        }
+    })
 }
 
 /// Why the native engine cannot run a file, or `None` when it can.
@@ -153,11 +166,17 @@ impl NativeModel {
             loader::LoadError::Io { source, .. } => ModelError::Io { path: path.to_path_buf(), source },
             other => ModelError::InvalidGguf { path: path.to_path_buf(), message: other.to_string() },
         })?;
-        Ok(NativeModel::from_transformer(net))
+        let kernels = kernels_from_env().map_err(ModelError::Other)?;
+        Ok(NativeModel::with_kernels(net, kernels))
     }
 
-    pub fn from_transformer(net: Transformer) -> NativeModel {
-        let kernels = kernels_from_env();
+    /// The model of `net` with the kernels [`kernels_from_env`] picks.
+    pub fn from_transformer(net: Transformer) -> Result<NativeModel, String> {
+        Ok(NativeModel::with_kernels(net, kernels_from_env()?))
+    }
+
+    /// The model of `net` on `kernels`.
+    pub fn with_kernels(net: Transformer, kernels: Kernels) -> NativeModel {
         let mut model = NativeModel {
             caches: Vec::new(),
             tokens: Vec::new(),

@@ -1103,7 +1103,7 @@ fn product_throughput() {
     let (w, _) = quantized(dt, q, rows, cols, 1);
     let x = values(tokens * cols, 3, 1.0);
     let mut y = vec![0f32; tokens * rows];
-    let kernels = super::kernels_from_env();
+    let kernels = super::kernels_from_env().unwrap();
     let reps = (20_000_000 / (rows * cols * tokens)).clamp(1, 2000);
     let mut best = 0f64;
     for _ in 0..20 {
