@@ -37,6 +37,7 @@ mod fit_modes;
 mod fresh_clone;
 mod fuzz;
 mod hub_local;
+mod log_prompts;
 mod metrics_parity;
 mod model_loader;
 mod native_tiny;
