@@ -53,6 +53,25 @@ pub enum Command {
     Report(report::ReportArgs),
 }
 
+/// The `--version` text: the version, then the native engine's kernels on
+/// this CPU ([`crate::model::native::kernels_line`]).
+pub fn long_version() -> String {
+    format!("{}\n{}", env!("CARGO_PKG_VERSION"), crate::model::native::kernels_line())
+}
+
+/// Parse the process's arguments (`--version` with [`long_version`], which
+/// probes the CPU, so only when `--version` is asked for); exits with
+/// clap's message on a bad command line, as `Cli::parse` does.
+pub fn parse() -> Cli {
+    use clap::{CommandFactory, FromArgMatches};
+    let mut cmd = Cli::command();
+    if std::env::args_os().any(|a| a == "--version") {
+        cmd = cmd.long_version(&*Box::leak(long_version().into_boxed_str()));
+    }
+    let matches = cmd.get_matches();
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+}
+
 /// Run a parsed command line.
 pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
     match cli.command {

@@ -55,6 +55,7 @@ mod shards;
 mod sweep;
 mod tokenizer_file;
 mod tokenizer_unit;
+mod version;
 
 /// Tests on the real registry models (SmolLM2-135M and Qwen2.5-Coder-0.5B).
 mod real_model {
