@@ -15,6 +15,7 @@ From a shell script (prints the venv's python):
 
     py="$(python3 scripts/pyvenv.py DIR REQUIREMENT...)"
     py="$(python3 scripts/pyvenv.py --gguf-tools)"             # DEFAULT_VENV with GGUF_TOOLS
+    py="$(python3 scripts/pyvenv.py --records-tools)"          # RECORDS_VENV with RECORDS_TOOLS
 
 Environment: THEMISTO_IN_VENV=1 (run in the calling interpreter, no venv),
 THEMISTO_VENV (the path of DEFAULT_VENV), THEMISTO_HOME (the cache
@@ -34,6 +35,10 @@ THEMISTO_HOME = Path(os.environ.get("THEMISTO_HOME", Path.home() / ".cache" / "t
 # tiny_gguf.py, gpu_check_parts.sh).
 DEFAULT_VENV = Path(os.environ.get("THEMISTO_VENV", THEMISTO_HOME / "venv"))
 GGUF_TOOLS = ["gguf==0.17.1", "numpy>=1.26,<3", "safetensors==0.6.2"]
+# The venv the record-format tests read exports and validate schemas with
+# (tests/it/export.rs, tests/it/schema.rs).
+RECORDS_VENV = THEMISTO_HOME / "venv-records"
+RECORDS_TOOLS = ["pandas==2.3.3", "pyarrow==21.0.0", "jsonschema==4.25.1"]
 MARKER = ".themisto-requirements"
 
 
@@ -83,8 +88,11 @@ def main(argv):
     if argv == ["--gguf-tools"]:
         print(ensure(DEFAULT_VENV, GGUF_TOOLS))
         return 0
+    if argv == ["--records-tools"]:
+        print(ensure(RECORDS_VENV, RECORDS_TOOLS))
+        return 0
     if not argv or argv[0].startswith("-"):
-        print("usage: pyvenv.py DIR [REQUIREMENT...] | pyvenv.py --gguf-tools", file=sys.stderr)
+        print("usage: pyvenv.py DIR [REQUIREMENT...] | pyvenv.py --gguf-tools | pyvenv.py --records-tools", file=sys.stderr)
         return 2
     print(ensure(Path(argv[0]), argv[1:]))
     return 0

@@ -4,12 +4,14 @@
 
 pub mod bench;
 pub mod data;
+pub mod export;
 pub mod merge;
 pub mod models;
 pub mod prompt;
 pub mod record;
 pub mod report;
 pub mod run;
+pub mod schema;
 pub mod score;
 pub mod sweep;
 
@@ -51,6 +53,10 @@ pub enum Command {
     Merge(merge::MergeArgs),
     /// Write a report (markdown, HTML, SVG/PNG plots) over run and sweep folders.
     Report(report::ReportArgs),
+    /// Write the samples of a run or sweep folder as one flat table: CSV, Parquet or JSONL.
+    Export(export::ExportArgs),
+    /// Write the JSON Schemas of config.json, results.json, a samples.jsonl line and sweep.json.
+    Schema(schema::SchemaArgs),
 }
 
 /// The `--version` text: the version, then the native engine's kernels on
@@ -85,6 +91,8 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Sweep(args) => sweep::execute(args),
         Command::Report(args) => report::execute(args),
         Command::Merge(args) => merge::execute(args),
+        Command::Export(args) => export::execute(args),
+        Command::Schema(args) => schema::execute(args),
     }
 }
 

@@ -10,6 +10,7 @@
 
 mod alloc_count;
 mod common;
+mod records_support;
 mod report_support;
 
 /// Counts allocations on threads a test marks (see [`alloc_count`]).
@@ -32,6 +33,7 @@ mod data_release;
 mod data_rows;
 mod decode;
 mod docs;
+mod export;
 mod fetch;
 mod fit_modes;
 mod fresh_clone;
@@ -51,6 +53,7 @@ mod report_browser;
 mod run_options;
 mod runtime_effect;
 mod safetensors;
+mod schema;
 mod shards;
 mod sweep;
 mod tokenizer_file;
