@@ -15,6 +15,7 @@ From a shell script (prints the venv's python):
 
     py="$(python3 scripts/pyvenv.py DIR REQUIREMENT...)"
     py="$(python3 scripts/pyvenv.py --gguf-tools)"             # DEFAULT_VENV with GGUF_TOOLS
+    py="$(python3 scripts/pyvenv.py --records-tools)"          # RECORDS_VENV with RECORDS_TOOLS
 
 Environment: THEMISTO_IN_VENV=1 (run in the calling interpreter, no venv),
 THEMISTO_VENV (the path of DEFAULT_VENV), THEMISTO_HOME (the cache
@@ -38,6 +39,10 @@ GGUF_TOOLS = ["gguf==0.17.1", "numpy>=1.26,<3", "safetensors==0.6.2"]
 # torch wheel with its CUDA libraries (about 3 GB installed; it runs on the CPU).
 TRANSFORMERS_VENV = Path(os.environ.get("THEMISTO_TRANSFORMERS_VENV", THEMISTO_HOME / "venv-transformers"))
 TRANSFORMERS = ["torch==2.15.0", "transformers==5.25.0", "numpy>=1.26,<3"]
+# The venv the record-format tests read exports and validate schemas with
+# (tests/it/export.rs, tests/it/schema.rs).
+RECORDS_VENV = THEMISTO_HOME / "venv-records"
+RECORDS_TOOLS = ["pandas==2.3.3", "pyarrow==21.0.0", "jsonschema==4.25.1"]
 MARKER = ".themisto-requirements"
 
 
@@ -87,8 +92,11 @@ def main(argv):
     if argv == ["--gguf-tools"]:
         print(ensure(DEFAULT_VENV, GGUF_TOOLS))
         return 0
+    if argv == ["--records-tools"]:
+        print(ensure(RECORDS_VENV, RECORDS_TOOLS))
+        return 0
     if not argv or argv[0].startswith("-"):
-        print("usage: pyvenv.py DIR [REQUIREMENT...] | pyvenv.py --gguf-tools", file=sys.stderr)
+        print("usage: pyvenv.py DIR [REQUIREMENT...] | pyvenv.py --gguf-tools | pyvenv.py --records-tools", file=sys.stderr)
         return 2
     print(ensure(Path(argv[0]), argv[1:]))
     return 0

@@ -24,7 +24,7 @@ use std::path::PathBuf;
 pub struct ConfigError(pub String);
 
 /// How samples are chosen from the dataset.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case", tag = "kind")]
 pub enum Selection {
     /// The Themisto protocol (200 per task, stratified by target length).
@@ -36,7 +36,7 @@ pub enum Selection {
 }
 
 /// One of `count` shards of a run (`--shard INDEX/COUNT`, INDEX from 0).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Shard {
     pub index: usize,
     pub count: usize,
@@ -63,7 +63,7 @@ impl std::fmt::Display for Shard {
 }
 
 /// Every setting of a run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RunConfig {
     /// `--model` as given (id, card, .gguf file or folder).
     pub model: String,
@@ -79,6 +79,12 @@ pub struct RunConfig {
     /// Custom template files (`--prompt-template`).
     pub prompt_templates: Vec<PathBuf>,
     pub metrics: MetricOptions,
+    /// Keep each sample's rendered prompt (the text given to the tokenizer)
+    /// in `samples.jsonl` as `prompt_text`; `--no-log-prompts` leaves it out.
+    /// Compared on resume; configurations written before it existed read as
+    /// `true`.
+    #[serde(default = "yes")]
+    pub log_prompts: bool,
     pub device: DeviceSpec,
     /// How weights are held in memory (see `--weights`).
     #[serde(default)]
@@ -106,6 +112,10 @@ pub struct RunConfig {
     /// merge` joins the shards into the unsharded run.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub shard: Option<Shard>,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl RunConfig {
@@ -181,7 +191,7 @@ pub const DEFAULT_SWEEP_LIMIT: usize = 10;
 pub const DEFAULT_SWEEP_MAX_NEW_TOKENS: usize = 64;
 
 /// The validated arguments of a sweep (written into `sweep.json`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SweepConfig {
     /// `--model` values, in the order given (and run).
     pub models: Vec<String>,
@@ -249,7 +259,7 @@ impl SweepConfig {
 }
 
 /// What `themisto score` was asked to do.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ScoreConfig {
     pub samples: PathBuf,
     pub metrics: MetricOptions,

@@ -4,12 +4,14 @@
 
 pub mod bench;
 pub mod data;
+pub mod export;
 pub mod merge;
 pub mod models;
 pub mod prompt;
 pub mod record;
 pub mod report;
 pub mod run;
+pub mod schema;
 pub mod score;
 pub mod sweep;
 
@@ -51,6 +53,29 @@ pub enum Command {
     Merge(merge::MergeArgs),
     /// Write a report (markdown, HTML, SVG/PNG plots) over run and sweep folders.
     Report(report::ReportArgs),
+    /// Write the samples of a run or sweep folder as one flat table: CSV, Parquet or JSONL.
+    Export(export::ExportArgs),
+    /// Write the JSON Schemas of config.json, results.json, a samples.jsonl line and sweep.json.
+    Schema(schema::SchemaArgs),
+}
+
+/// The `--version` text: the version, then the native engine's kernels on
+/// this CPU ([`crate::model::native::kernels_line`]).
+pub fn long_version() -> String {
+    format!("{}\n{}", env!("CARGO_PKG_VERSION"), crate::model::native::kernels_line())
+}
+
+/// Parse the process's arguments (`--version` with [`long_version`], which
+/// probes the CPU, so only when `--version` is asked for); exits with
+/// clap's message on a bad command line, as `Cli::parse` does.
+pub fn parse() -> Cli {
+    use clap::{CommandFactory, FromArgMatches};
+    let mut cmd = Cli::command();
+    if std::env::args_os().any(|a| a == "--version") {
+        cmd = cmd.long_version(&*Box::leak(long_version().into_boxed_str()));
+    }
+    let matches = cmd.get_matches();
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
 }
 
 /// Run a parsed command line.
@@ -68,6 +93,8 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Sweep(args) => sweep::execute(args),
         Command::Report(args) => report::execute(args),
         Command::Merge(args) => merge::execute(args),
+        Command::Export(args) => export::execute(args),
+        Command::Schema(args) => schema::execute(args),
     }
 }
 

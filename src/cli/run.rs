@@ -186,6 +186,9 @@ pub struct RunArgs {
     /// Continue a run in --out: samples already recorded are not run again.
     #[arg(long)]
     pub resume: bool,
+    /// Leave each sample's rendered prompt (`prompt_text`, the text given to the tokenizer after the chat template) out of samples.jsonl. Recorded in config.json; --resume refuses a different setting.
+    #[arg(long)]
+    pub no_log_prompts: bool,
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
@@ -226,6 +229,7 @@ impl CommonArgs {
             prompt: self.prompt_settings(),
             prompt_templates: self.prompt_templates.clone(),
             metrics: Default::default(),
+            log_prompts: true,
             device: Default::default(),
             weights: Default::default(),
             engine: Default::default(),
@@ -252,6 +256,7 @@ impl RunArgs {
             batch: self.batch,
             lookup: self.lookup,
             shard: self.shard,
+            log_prompts: !self.no_log_prompts,
             ..c.run_config()
         };
         cfg.validate()?;

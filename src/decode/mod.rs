@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use std::time::Instant;
 
 /// Why generation stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum FinishReason {
     /// An end-of-sequence or end-of-turn token.

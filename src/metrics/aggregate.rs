@@ -9,7 +9,7 @@ use super::rouge::rouge_lsum;
 use super::{MetricOptions, Scores};
 
 /// A mean with its 95% bootstrap interval.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct MetricValue {
     pub value: f64,
     pub ci_low: f64,
@@ -17,7 +17,7 @@ pub struct MetricValue {
 }
 
 /// The aggregate of one group of samples.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GroupMetrics {
     pub exact_match: MetricValue,
     pub exact_match_ws: MetricValue,
@@ -31,7 +31,7 @@ pub struct GroupMetrics {
 }
 
 /// The aggregates of the optional metrics; `None` where disabled.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ExtraGroupMetrics {
     /// Mean sentence chrF with the configured word order (chrF++ when 2).
     pub chrf_pp: Option<MetricValue>,

@@ -20,7 +20,7 @@ use crate::data::Step;
 use serde::{Deserialize, Serialize};
 
 /// The kind of a prediction.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum AnswerKind {
     Empty,

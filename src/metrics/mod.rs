@@ -52,7 +52,7 @@ pub const SACREBLEU_VERSION: &str = "2.6.0";
 pub const ROUGE_SCORE_VERSION: &str = "0.1.2";
 
 /// Per-sample scores of one prediction against its reference.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Scores {
     /// 0 or 1: equal after [`normalize_exact`].
     pub exact_match: f64,
@@ -67,7 +67,7 @@ pub struct Scores {
 }
 
 /// Optional metrics. The default computes none of the extras.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default)]
 pub struct MetricOptions {
     /// Word n-gram order of the extra chrF score: 0 = none (the default),
@@ -78,7 +78,7 @@ pub struct MetricOptions {
 }
 
 /// The optional scores that [`MetricOptions`] enables; `None` when disabled.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ExtraScores {
     /// Sentence chrF with word order [`MetricOptions::chrf_word_order`]
     /// (chrF++ when 2), 0..100.

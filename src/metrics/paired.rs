@@ -26,7 +26,7 @@ use super::bootstrap::{mean, resampled_means};
 use serde::{Deserialize, Serialize};
 
 /// One metric's paired difference.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PairedDiff {
     pub mean_diff: f64,
     pub ci_low: f64,

@@ -8,7 +8,7 @@ use candle_core::Device;
 use serde::{Deserialize, Serialize};
 
 /// A device as written on the command line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum DeviceSpec {
     #[default]

@@ -18,7 +18,7 @@ use candle_core::quantized::gguf_file;
 pub const AUTO_PREFERS_NATIVE: bool = true;
 
 /// The engine that runs a GGUF model.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Engine {
     /// Native on the CPU when it supports the file, candle otherwise.
@@ -90,7 +90,7 @@ impl std::fmt::Display for Engine {
 }
 
 /// How weights are held in memory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum WeightsPolicy {
     /// Quantized, except on CPU when a weight type has no SIMD kernel in
@@ -137,7 +137,7 @@ pub(crate) fn has_cpu_kernel(dtype: candle_core::quantized::GgmlDType) -> bool {
 }
 
 /// The dtype a safetensors checkpoint runs in (`--dtype`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum DtypePolicy {
     /// bf16 on CUDA, f32 on the CPU (candle's CPU half-precision matmuls are slow).

@@ -3,7 +3,7 @@
 //! schema).
 
 /// What is known about a loaded model, for results files.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct ModelInfo {
     pub id: String,
     pub name: String,
@@ -46,7 +46,7 @@ fn gguf() -> String {
 }
 
 /// One model file and its sha256.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct FileDigest {
     pub name: String,
     pub sha256: String,

@@ -27,7 +27,7 @@ use std::sync::Mutex;
 use template::PromptTemplate;
 
 /// How a prompt's history is chosen (`--fit`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum FitMode {
     /// One history window per step, the same in its four prompts (both
@@ -57,7 +57,7 @@ impl FitMode {
 }
 
 /// How prompts are laid out for this model.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum PromptFormat {
     /// Instruct models: messages rendered with the model's chat template.
@@ -83,7 +83,7 @@ pub enum PromptError {
 }
 
 /// Budget and rendering settings.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct PromptSettings {
     /// The window for prompt plus generation.
     pub context_tokens: usize,
@@ -122,7 +122,7 @@ impl PromptSettings {
 }
 
 /// Why a sample has no prompt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum SkipReason {
     /// Even the leanest prompt does not leave room for the answer.

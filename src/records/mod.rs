@@ -10,13 +10,18 @@
 //! - [`aggregate`]: group results (task × runtime) and throughput from records.
 //! - [`runtime_effect`]: runtime-on versus runtime-off pairs of a run.
 //! - [`score`]: re-scoring records with the metrics of a configuration.
+//! - [`export`]: the samples of a run or sweep folder as one flat table
+//!   (CSV, Parquet, JSONL).
+//! - [`schema`]: the JSON Schemas of the files, generated from these types.
 //!
 //! These are public interfaces; a change to one bumps its schema string.
 
 pub mod aggregate;
+pub mod export;
 pub mod results;
 pub mod runtime_effect;
 pub mod samples;
+pub mod schema;
 pub mod score;
 pub mod sweep;
 

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 /// The configuration a results file was made with: a run's, or a
 /// re-scoring's (`themisto score`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum ResultsConfig {
     Run(Box<RunConfig>),
@@ -29,7 +29,7 @@ impl ResultsConfig {
 }
 
 /// Metrics of one task × runtime group.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GroupResult {
     pub task: Task,
     pub runtime: bool,
@@ -55,7 +55,7 @@ pub struct GroupResult {
 }
 
 /// Speed of a run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Throughput {
     pub prompt_tokens: u64,
     /// Prompt tokens actually computed (not found in the cache).
@@ -82,7 +82,7 @@ pub struct Throughput {
 }
 
 /// The dataset a run used.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DatasetInfo {
     pub name: String,
     pub source: String,
@@ -93,7 +93,7 @@ pub struct DatasetInfo {
 }
 
 /// Where and how the run was made.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct EnvironmentInfo {
     pub themisto_version: String,
     pub git_revision: String,
@@ -135,7 +135,7 @@ impl EnvironmentInfo {
 }
 
 /// `results.json`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ResultsFile {
     pub schema: String,
     /// Schema of the lines of the `samples.jsonl` beside this file.

@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// One metric's runtime effect over the pairs of a task.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct EffectMetric {
     /// Mean of on − off, its 95% interval and p-value.
     #[serde(flatten)]
@@ -41,7 +41,7 @@ pub struct EffectMetric {
 }
 
 /// The runtime effect of one task.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RuntimeEffect {
     pub task: Task,
     /// Steps scored with and without runtime information.

@@ -10,7 +10,7 @@ use crate::prompt::SkipReason;
 use serde::{Deserialize, Serialize};
 
 /// One sample's outcome: a line of `samples.jsonl`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SampleRecord {
     pub id: String,
     pub task: Task,
@@ -87,4 +87,10 @@ pub struct SampleRecord {
     pub prefill_s: f64,
     #[serde(default)]
     pub decode_s: f64,
+    /// The rendered prompt: the exact text given to the tokenizer, after the
+    /// chat template (a BOS token the template does not write is added as a
+    /// token, not as text). Absent with `--no-log-prompts`, for skipped and
+    /// failed samples, and in records made before the field existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_text: Option<String>,
 }

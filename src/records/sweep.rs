@@ -15,7 +15,7 @@ use std::path::Path;
 pub const SWEEP_SCHEMA: &str = "themisto.sweep.v1";
 
 /// Where a run of a sweep stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RunStatus {
     /// Not started yet.
@@ -41,7 +41,7 @@ impl RunStatus {
 }
 
 /// The headline numbers of one task × runtime group of a run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GroupSummary {
     pub task: Task,
     pub runtime: bool,
@@ -73,7 +73,7 @@ impl From<&GroupResult> for GroupSummary {
 }
 
 /// One run of a sweep.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SweepRun {
     /// `--model` as given.
     pub model: String,
@@ -95,7 +95,7 @@ pub struct SweepRun {
 }
 
 /// `sweep.json`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SweepIndex {
     pub schema: String,
     /// When the sweep folder was made (RFC 3339, UTC).

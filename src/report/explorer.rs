@@ -6,7 +6,8 @@
 //! sort and open samples, diff a prediction against its reference
 //! character by character, and pair two runs sample by sample.
 //!
-//! The sample records do not hold the prompt text. Prompts come from
+//! A record's own `prompt_text` (written unless the run had
+//! `--no-log-prompts`) is the prompt shown. Otherwise prompts come from
 //! `themisto prompt ... --dump FILE.jsonl` files (given with `--prompts`, or
 //! a `prompts.jsonl` inside a run folder), matched by sample id; a prompt is
 //! shown only when its fit agrees with the record's (same prompt tokens,
@@ -138,9 +139,12 @@ impl Prompts {
     }
 
     /// The prompt the model saw for `rec`, or why none is shown.
-    pub fn find(&self, rec: &SampleRecord) -> Result<&str, String> {
+    pub fn find<'a>(&'a self, rec: &'a SampleRecord) -> Result<&'a str, String> {
         if let Some(reason) = rec.skipped {
             return Err(format!("skipped ({}): the model was not run on this sample", reason.as_str()));
+        }
+        if let Some(text) = &rec.prompt_text {
+            return Ok(text);
         }
         let Some(found) = self.by_id.get(&rec.id) else {
             return Err(
@@ -392,6 +396,10 @@ mod tests {
         assert_eq!(p.find(&rec("a", 10)), Ok("P"));
         assert!(p.find(&rec("b", 12)).unwrap_err().contains("fitted differently (11 tokens"));
         assert!(p.find(&rec("c", 12)).unwrap_err().starts_with("prompt not recorded"));
+        // A record's own prompt text comes first.
+        let own = SampleRecord { prompt_text: Some("own".into()), ..rec("b", 12) };
+        assert_eq!(p.find(&own), Ok("own"));
+        assert_eq!(Prompts::default().find(&own), Ok("own"));
         std::fs::write(&f, "{\"id\": 3}\n").unwrap();
         let err = Prompts::read(std::slice::from_ref(&f)).unwrap_err().to_string();
         assert!(err.contains("line 1: not a prompt record"), "{err}");

@@ -55,6 +55,7 @@ pub fn blank_record(dataset: &Dataset, sample: &Sample) -> SampleRecord {
         accepted_draft_tokens: 0,
         prefill_s: 0.0,
         decode_s: 0.0,
+        prompt_text: None,
     }
 }
 
@@ -111,6 +112,9 @@ pub fn prepare(ctx: &SampleContext<'_>, sample: &Sample) -> Result<Prep, RunErro
     rec.truncated_chars = prompt.truncated_chars;
     rec.runtime_rows_kept = prompt.runtime_rows_kept;
     rec.shared_prefix_tokens = prompt.shared_prefix_tokens;
+    if cfg.log_prompts {
+        rec.prompt_text = Some(prompt.text);
+    }
     Ok(Prep::Ready(Prepared { rec, tokens: prompt.tokens, post: prompt.post, gen }))
 }
 

@@ -10,6 +10,7 @@
 
 mod alloc_count;
 mod common;
+mod records_support;
 mod report_support;
 
 /// Counts allocations on threads a test marks (see [`alloc_count`]).
@@ -32,11 +33,13 @@ mod data_release;
 mod data_rows;
 mod decode;
 mod docs;
+mod export;
 mod fetch;
 mod fit_modes;
 mod fresh_clone;
 mod fuzz;
 mod hub_local;
+mod log_prompts;
 mod metrics_parity;
 mod model_loader;
 mod model_refusals;
@@ -51,11 +54,13 @@ mod report_browser;
 mod run_options;
 mod runtime_effect;
 mod safetensors;
+mod schema;
 mod shards;
 mod sweep;
 mod tokenizer_file;
 mod tokenizer_unit;
 mod transformers_parity;
+mod version;
 
 /// Tests on the real registry models (SmolLM2-135M and Qwen2.5-Coder-0.5B).
 mod real_model {

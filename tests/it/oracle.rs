@@ -80,6 +80,7 @@ fn config(limit: Option<usize>, context_tokens: usize, max_new_tokens: usize) ->
         },
         prompt_templates: vec![],
         metrics: Default::default(),
+        log_prompts: true,
         device: Default::default(),
         weights: Default::default(),
         engine: Default::default(),

@@ -237,6 +237,26 @@ impl Kernels {
             && dot_avx2::vnni_available()
     }
 
+    /// The instruction sets the products run with on this CPU, as short
+    /// words (`themisto --version` prints them joined by `+`): `avx512` and
+    /// `vnni` (AVX-512 F/BW/VL with VNNI) and `amx` where the block sums take
+    /// the AMX tiles; else `avx2` and `fma` (with `avx-vnni` where the
+    /// 256-bit VNNI sums run); else `portable`.
+    pub fn features(self) -> Vec<&'static str> {
+        match self.set() {
+            Set::Avx512 => {
+                let mut v = vec!["avx512", "vnni"];
+                if self.block_sums() && super::amx::available() {
+                    v.push("amx");
+                }
+                v
+            }
+            Set::Avx2 if self.avx_vnni() => vec!["avx2", "fma", "avx-vnni"],
+            Set::Avx2 => vec!["avx2", "fma"],
+            Set::Scalar => vec!["portable"],
+        }
+    }
+
     /// The instructions the quantized products use on this CPU, as run
     /// records show them: "AVX-512 VNNI (k-quant sums v2, block sums v3)"
     /// (the default), "AVX-512 VNNI (k-quant sums v2)" ([`Kernels::Avx512`]:

@@ -92,6 +92,15 @@ pub fn kernels_from_env() -> Result<Kernels, String> {
     })
 }
 
+/// The line `themisto --version` prints about the native engine's kernels
+/// on this CPU: the dispatch's choice ([`kernels_from_env`]) as
+/// [`Kernels::features`] and [`Kernels::name`], e.g. `kernels:
+/// avx512+vnni+amx (AVX-512 VNNI (k-quant sums v2, block sums v3))`.
+pub fn kernels_line() -> String {
+    let k = kernels_from_env();
+    format!("kernels: {} ({})", k.features().join("+"), k.name())
+}
+
 /// Why the native engine cannot run a file, or `None` when it can.
 pub fn unsupported_reason(ct: &gguf_file::Content) -> Option<String> {
     config::Config::from_gguf(ct).err()

@@ -29,6 +29,7 @@ fn config() -> RunConfig {
         },
         prompt_templates: vec![],
         metrics: Default::default(),
+        log_prompts: true,
         device: Default::default(),
         weights: Default::default(),
         engine: Default::default(),
