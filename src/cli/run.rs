@@ -234,6 +234,7 @@ impl CommonArgs {
             batch: None,
             lookup: None,
             shard: None,
+            content: None,
         }
     }
 }
