@@ -53,8 +53,15 @@ for id in "${ids[@]}"; do
   fi
   start=$(date +%s)
   echo "== $id at budgets $b ($(date -u +%FT%TZ))"
+  rc=0
   "$bin" sweep --model "$id" --data sample --protocol all --runtime both --limit "$limit" \
-    --context-tokens "$b" "${threads[@]}" --quiet --out "$out/$id"
+    --context-tokens "$b" "${threads[@]}" --quiet --out "$out/$id" || rc=$?
+  # 4: the sweep finished with failed samples (running the study again retries them).
+  if [ "$rc" -eq 4 ]; then
+    echo "== $id: some samples failed (exit 4); run the study again to retry them"
+  elif [ "$rc" -ne 0 ]; then
+    exit "$rc"
+  fi
   echo "== $id done in $(( $(date +%s) - start )) s"
   sweeps+=("$out/$id")
 done

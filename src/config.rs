@@ -4,19 +4,25 @@
 //! work starts; it is written into `config.json`, `sweep.json` and
 //! `results.json` (typed, so later commands read it back as these types), and
 //! compared on resume so a resumed run cannot silently change its settings.
+//! Besides the settings, a run folder records what the run was computed from
+//! ([`ContentIdentity`]: model files, data bytes, engine, kernels), and one
+//! function, [`content_difference`], decides for `--resume`, sweep
+//! continuation and `merge` whether two of them may share records.
 //!
 //! Every check that needs no model or data lives here ([`RunConfig::validate`],
 //! [`SweepConfig::new`]); the one check that needs the model, that the budget
 //! fits the model's window, is [`check_window`], used by run and sweep alike.
 
 use crate::data::samples::Task;
-use crate::data::DataSpec;
+use crate::data::{DataSpec, Dataset};
 use crate::metrics::MetricOptions;
 use crate::model::device::DeviceSpec;
 use crate::model::engine::{DtypePolicy, Engine, WeightsPolicy};
+use crate::model::info::FileDigest;
+use crate::model::ModelInfo;
 use crate::prompt::PromptSettings;
 use serde::{Deserialize, Serialize};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// A setting that cannot be used, with the option it came from in the message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -112,6 +118,12 @@ pub struct RunConfig {
     /// merge` joins the shards into the unsharded run.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub shard: Option<Shard>,
+    /// What the run was computed from besides these options (the model's
+    /// files, the data's bytes, the engine and its kernels); filled in by the
+    /// runner once the model and the data are loaded, compared on resume and
+    /// merge by [`content_difference`]. Not part of [`RunConfig::identity`].
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub content: Option<ContentIdentity>,
 }
 
 fn yes() -> bool {
@@ -146,13 +158,15 @@ impl RunConfig {
     }
 
     /// The settings that decide predictions and scores (threads, batch and
-    /// lookup excluded).
+    /// lookup excluded; the content identity is compared on its own, by
+    /// [`content_difference`]).
     pub fn identity(&self) -> serde_json::Value {
         let mut v = serde_json::to_value(self).expect("config serializes");
         if let Some(o) = v.as_object_mut() {
             o.remove("threads");
             o.remove("batch");
             o.remove("lookup");
+            o.remove("content");
         }
         v
     }
@@ -161,6 +175,122 @@ impl RunConfig {
     pub fn unsharded(&self) -> RunConfig {
         RunConfig { shard: None, ..self.clone() }
     }
+}
+
+/// What a run's predictions are computed from besides its options: the
+/// model's files, the data's bytes, the engine and the native kernels. Two
+/// runs with the same options and the same content identity make the same
+/// predictions; `--resume`, sweep continuation and `merge` refuse to join
+/// records of different ones ([`content_difference`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContentIdentity {
+    pub model: ModelContent,
+    pub data: DataContent,
+    /// The engine that ran the model: `native`, `candle` or `candle-safetensors`.
+    pub engine: String,
+    /// The native engine's kernel set; empty on other engines.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub kernels: String,
+}
+
+/// The model's files.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelContent {
+    /// `gguf` or `safetensors`.
+    pub format: String,
+    /// A GGUF file's sha256; for a checkpoint, the sha256 of its files'
+    /// `<sha256>  <name>\n` lines (config, tokenizer files, index, shards).
+    pub sha256: String,
+    /// Every file with its sha256.
+    pub files: Vec<FileDigest>,
+    /// The hub commit the files were read from (a hub-cache snapshot), where
+    /// known. Recorded, not compared: the files' sha256 decide.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
+}
+
+/// The data's bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DataContent {
+    /// [`crate::data::Dataset::sha256`]: one file's sha256, the sha256 of
+    /// the `<sha256>  <relative path>\n` lines of a folder's files, or of the
+    /// embedded sample's JSONL.
+    pub sha256: String,
+}
+
+impl ContentIdentity {
+    /// The content identity of a loaded model and dataset.
+    pub fn of(model: &ModelInfo, dataset: &Dataset) -> ContentIdentity {
+        ContentIdentity {
+            model: ModelContent {
+                format: model.format.clone(),
+                sha256: model.sha256.clone(),
+                files: model.files.clone(),
+                revision: hub_revision(Path::new(&model.path)),
+            },
+            data: DataContent { sha256: dataset.sha256.clone() },
+            engine: model.engine.clone(),
+            kernels: model.kernels.clone(),
+        }
+    }
+}
+
+/// The commit of a hub-cache snapshot path (`.../snapshots/<commit>/...`).
+fn hub_revision(path: &Path) -> Option<String> {
+    path.ancestors()
+        .find(|p| p.parent().and_then(Path::file_name).is_some_and(|n| n == "snapshots"))
+        .and_then(Path::file_name)
+        .map(|n| n.to_string_lossy().into_owned())
+}
+
+/// The first field in which two content identities differ: `model` (its
+/// sha256), `data` (its sha256), `engine` or `kernels`, with both values; a
+/// folder without one (made before content identities were recorded) differs
+/// in `content`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContentMismatch {
+    pub field: &'static str,
+    pub old: String,
+    pub new: String,
+}
+
+impl std::fmt::Display for ContentMismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {} in the folder, {} now", self.field, self.old, self.new)
+    }
+}
+
+/// Compare the content identity recorded in a folder (`old`) with another
+/// one: `None` when they agree, else the first field that differs.
+pub fn content_difference(old: Option<&ContentIdentity>, new: &ContentIdentity) -> Option<ContentMismatch> {
+    let Some(old) = old else {
+        return Some(ContentMismatch {
+            field: "content",
+            old: "none (a folder made before themisto recorded the model and data sha256; its sample ids differ too)"
+                .into(),
+            new: format!("model sha256 {}, data sha256 {}", new.model.sha256, new.data.sha256),
+        });
+    };
+    let model = |m: &ModelContent| {
+        let names: Vec<&str> = m.files.iter().map(|f| f.name.as_str()).collect();
+        format!("sha256 {} ({} {})", m.sha256, m.format, names.join(", "))
+    };
+    let pairs: [(&'static str, String, String); 4] = [
+        ("model", model(&old.model), model(&new.model)),
+        ("data", format!("sha256 {}", old.data.sha256), format!("sha256 {}", new.data.sha256)),
+        ("engine", old.engine.clone(), new.engine.clone()),
+        ("kernels", old.kernels.clone(), new.kernels.clone()),
+    ];
+    let same = |field: &str| match field {
+        "model" => old.model.sha256 == new.model.sha256,
+        "data" => old.data.sha256 == new.data.sha256,
+        "engine" => old.engine == new.engine,
+        _ => old.kernels == new.kernels,
+    };
+    pairs.into_iter().find(|(field, _, _)| !same(field)).map(|(field, old, new)| {
+        let none = |s: String| if s.is_empty() { "none".to_string() } else { s };
+        ContentMismatch { field, old: none(old), new: none(new) }
+    })
 }
 
 /// The budget must fit the model's window (`window` 0: unknown, not checked).
@@ -362,6 +492,53 @@ mod tests {
         assert!(err.contains("given twice"), "{err}");
     }
 
+    fn content() -> super::ContentIdentity {
+        use super::{ContentIdentity, DataContent, ModelContent};
+        use crate::model::info::FileDigest;
+        ContentIdentity {
+            model: ModelContent {
+                format: "gguf".into(),
+                sha256: "aa".into(),
+                files: vec![FileDigest { name: "m.gguf".into(), sha256: "aa".into() }],
+                revision: None,
+            },
+            data: DataContent { sha256: "dd".into() },
+            engine: "native".into(),
+            kernels: "AVX2".into(),
+        }
+    }
+
+    #[test]
+    fn content_difference_names_the_first_differing_field() {
+        use super::content_difference;
+        let a = content();
+        assert_eq!(content_difference(Some(&a), &a), None);
+        let mut b = a.clone();
+        b.model.revision = Some("0123".into());
+        assert_eq!(content_difference(Some(&a), &b), None, "the revision is not compared");
+        b.kernels = "scalar".into();
+        b.data.sha256 = "ee".into();
+        let m = content_difference(Some(&a), &b).unwrap();
+        assert_eq!((m.field, m.old.as_str(), m.new.as_str()), ("data", "sha256 dd", "sha256 ee"));
+        b.model.sha256 = "bb".into();
+        let m = content_difference(Some(&a), &b).unwrap();
+        assert_eq!(m.to_string(), "model: sha256 aa (gguf m.gguf) in the folder, sha256 bb (gguf m.gguf) now");
+        let mut c = a.clone();
+        c.engine = "candle".into();
+        c.kernels = String::new();
+        assert_eq!(content_difference(Some(&a), &c).unwrap().field, "engine");
+        c.engine = "native".into();
+        assert_eq!(content_difference(Some(&a), &c).unwrap().to_string(), "kernels: AVX2 in the folder, none now");
+        assert_eq!(content_difference(None, &a).unwrap().field, "content");
+    }
+
+    #[test]
+    fn hub_snapshot_paths_give_the_revision() {
+        let p = std::path::Path::new("/h/models--o--r/snapshots/abc123/sub/m.gguf");
+        assert_eq!(super::hub_revision(p).as_deref(), Some("abc123"));
+        assert_eq!(super::hub_revision(std::path::Path::new("/h/models/m.gguf")), None);
+    }
+
     #[test]
     fn identity_ignores_threads_only() {
         let a = SweepConfig::new(vec!["a".into()], vec![512], base()).unwrap();
@@ -370,5 +547,10 @@ mod tests {
         assert_eq!(a.identity(), b.identity());
         b.run.seed = 1;
         assert_ne!(a.identity(), b.identity());
+        // The content identity is compared on its own.
+        let mut c = a.clone();
+        c.run.content = Some(content());
+        assert_eq!(a.identity(), c.identity());
+        assert_eq!(a.run.identity(), c.run.identity());
     }
 }

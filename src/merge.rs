@@ -11,7 +11,7 @@
 //! records in the unsharded run's order, so `results.json` (groups and their
 //! bootstrap intervals) equals the unsharded run's.
 
-use crate::config::{differences, RunConfig, SweepConfig};
+use crate::config::{content_difference, differences, ContentIdentity, RunConfig, Shard, SweepConfig};
 use crate::data;
 use crate::metrics;
 use crate::records::sweep::{read_index, write_index, SWEEP_SCHEMA};
@@ -125,6 +125,7 @@ pub fn merge_runs(dirs: &[PathBuf], out: &Path) -> Result<ResultsFile, RunError>
             return Err(refuse(format!("{b} was run with other settings than {a}: {}", list.join("; "))));
         }
     }
+    let content = check_contents(&shards)?;
     let idx: Vec<(usize, usize, &Path)> = shards.iter().map(|(d, _, s)| (s.index, s.count, *d)).collect();
     check_indices(&idx)?;
 
@@ -154,16 +155,13 @@ pub fn merge_runs(dirs: &[PathBuf], out: &Path) -> Result<ResultsFile, RunError>
         records.extend(recs);
         results.push(res);
     }
-    let sha = |r: &ResultsFile| r.model.as_ref().map(|m| m.sha256.clone());
-    if let Some(r) = results.iter().find(|r| sha(r) != sha(&results[0])) {
+    let dataset = data::load(&unsharded.data_spec())?;
+    if dataset.sha256 != content.data.sha256 {
         return Err(refuse(format!(
-            "the shards ran different model files (sha256 {:?} and {:?})",
-            sha(&results[0]),
-            sha(r)
+            "{} has changed since the shards ran: data: sha256 {} in the shards, sha256 {} now",
+            unsharded.data, content.data.sha256, dataset.sha256
         )));
     }
-
-    let dataset = data::load(&unsharded.data_spec())?;
     let (expected, _) = select_samples(&unsharded, &dataset)?;
     let mut by_id: HashMap<String, SampleRecord> = records.into_iter().map(|r| (r.id.clone(), r)).collect();
     let expected_ids: HashSet<&str> = expected.iter().map(|s| s.id.as_str()).collect();
@@ -220,6 +218,29 @@ pub fn merge_runs(dirs: &[PathBuf], out: &Path) -> Result<ResultsFile, RunError>
     };
     records::write_results(out, &merged_results)?;
     Ok(merged_results)
+}
+
+/// The content identity the shards share (model files, data, engine,
+/// kernels); a shard that differs is refused, naming the first differing
+/// field, and so is a shard without one.
+fn check_contents(shards: &[(&Path, RunConfig, Shard)]) -> Result<ContentIdentity, RunError> {
+    let (first_dir, first, _) = &shards[0];
+    let Some(content) = &first.content else {
+        return Err(refuse(format!(
+            "{}: config.json records no content (a shard made before themisto recorded the model and data sha256; its sample ids differ too); run the shard again",
+            first_dir.display()
+        )));
+    };
+    for (dir, cfg, _) in &shards[1..] {
+        if let Some(m) = content_difference(cfg.content.as_ref(), content) {
+            let (a, b) = (first_dir.display(), dir.display());
+            return Err(refuse(format!(
+                "{b} was run on other content than {a}: {}: {} in {b}, {} in {a}",
+                m.field, m.old, m.new
+            )));
+        }
+    }
+    Ok(content.clone())
 }
 
 /// Merge the sweep folders of one sharded sweep: every run of the sweep is

@@ -20,12 +20,19 @@
 //! marked `done` whose `results.json` is there, and continues the others with
 //! the runner's resume mechanism (samples already in `samples.jsonl` are not
 //! run again). A sweep folder made with different arguments is refused, and
-//! the error names the arguments that differ. Only `threads` may change.
+//! the error names the arguments that differ. Only `threads` may change. A
+//! run folder whose model files, data, engine or kernels differ from the
+//! ones loaded now (its `config.json`'s content identity) is refused too,
+//! finished or not. A run marked `done` whose samples failed in part runs
+//! again (its failed samples are retried). While a sweep writes its folder it
+//! holds the folder's lock ([`run::lock`]): a second sweep on it is refused
+//! with the first one's pid.
 
-use crate::config::{check_window, differing_fields, SweepConfig};
+use crate::config::{check_window, differing_fields, ContentIdentity, SweepConfig};
 use crate::model::source::FetchOptions;
 use crate::records::sweep::{read_index, write_index, SWEEP_SCHEMA};
 use crate::records::{GroupSummary, ResultsFile, RunStatus, SweepIndex, SweepRun};
+use crate::run::lock::{self, FolderLock, LOCK_FILE};
 use crate::run::{self, RunError, RunOptions};
 use std::path::{Path, PathBuf};
 
@@ -127,7 +134,9 @@ fn open_index(cfg: &SweepConfig, ids: &[String], out: &Path) -> Result<SweepInde
         return Err(RunError::Config(format!("{} holds a run, not a sweep; choose another --out", out.display())));
     }
     if out.is_dir() {
-        let mut entries = std::fs::read_dir(out).map_err(|source| RunError::Io { path: out.to_path_buf(), source })?;
+        let mut entries = std::fs::read_dir(out)
+            .map_err(|source| RunError::Io { path: out.to_path_buf(), source })?
+            .filter(|e| e.as_ref().map_or(true, |e| e.file_name() != LOCK_FILE));
         if entries.next().is_some() {
             return Err(RunError::Config(format!(
                 "{} is not empty and holds no sweep.json; choose another --out",
@@ -145,9 +154,29 @@ fn open_index(cfg: &SweepConfig, ids: &[String], out: &Path) -> Result<SweepInde
     })
 }
 
-/// A run counts as finished when it is marked so and its results are there.
+/// A run counts as finished when it is marked so and its results are there
+/// with no failed sample.
 fn is_finished(run: &SweepRun, out: &Path) -> bool {
-    run.status == RunStatus::Done && out.join(&run.folder).join("results.json").is_file()
+    run.status == RunStatus::Done && failed_samples(&out.join(&run.folder)) == Some(0)
+}
+
+/// The failed samples of a finished run folder (`None`: no readable `results.json`).
+pub fn failed_samples(folder: &Path) -> Option<usize> {
+    let results = crate::records::read_results(&folder.join("results.json")).ok()?;
+    Some(results.groups.iter().map(|g| g.failed).sum())
+}
+
+/// Refuse to continue the runs of `model` whose folders hold a
+/// configuration with another content identity than `content`.
+fn check_contents(index: &SweepIndex, model: &str, out: &Path, content: &ContentIdentity) -> Result<(), RunError> {
+    for r in index.runs.iter().filter(|r| r.model == model) {
+        let folder = out.join(&r.folder);
+        let path = folder.join("config.json");
+        if path.is_file() {
+            run::folder::check_content(&run::folder::read_config(&path)?, content, &folder)?;
+        }
+    }
+    Ok(())
 }
 
 fn mark_done(run: &mut SweepRun, results: &ResultsFile) {
@@ -161,8 +190,10 @@ fn mark_done(run: &mut SweepRun, results: &ResultsFile) {
 /// is made only once the first model has loaded and its window holds every
 /// budget, so a sweep refused for that leaves nothing behind.
 pub fn sweep(cfg: &SweepConfig, opts: &SweepOptions) -> Result<SweepIndex, RunError> {
-    let ids = model_ids(cfg)?;
     let out = &opts.out;
+    lock::check_out(out)?;
+    let ids = model_ids(cfg)?;
+    let mut held: Option<FolderLock> = lock::lock_existing(out, &["sweep.json"])?;
     let mut index = open_index(cfg, &ids, out)?;
     let total = index.runs.len();
     for model in &cfg.models {
@@ -178,6 +209,11 @@ pub fn sweep(cfg: &SweepConfig, opts: &SweepOptions) -> Result<SweepIndex, RunEr
             Err(e) if !out.join("sweep.json").exists() => return Err(e),
             Err(e) => return Err(fail(&mut index, &todo, out, e)),
         };
+        if held.is_none() {
+            std::fs::create_dir_all(out).map_err(|source| RunError::Io { path: out.to_path_buf(), source })?;
+            held = Some(lock::lock(out)?);
+        }
+        check_contents(&index, model, out, &ContentIdentity::of(&session.loaded.info, &session.dataset))?;
         for &i in &todo {
             let budget = index.runs[i].context_tokens;
             say(opts, format!("[{}/{total}] {}: running", i + 1, index.runs[i].folder));
@@ -212,6 +248,7 @@ pub fn sweep(cfg: &SweepConfig, opts: &SweepOptions) -> Result<SweepIndex, RunEr
         }
     }
     save(out, &mut index)?;
+    drop(held);
     Ok(index)
 }
 

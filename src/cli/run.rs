@@ -238,6 +238,7 @@ impl CommonArgs {
             batch: None,
             lookup: None,
             shard: None,
+            content: None,
         }
     }
 }

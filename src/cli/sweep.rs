@@ -117,6 +117,20 @@ pub fn execute(args: SweepArgs) -> anyhow::Result<()> {
     print!("{}", crate::report::table::sweep_table(&index));
     println!("sweep: {}", opts.out.join("sweep.json").display());
     println!("report: themisto report {} --out REPORT_DIR", opts.out.display());
+    // As `run`: outputs written, some samples failed (exit code 4).
+    let (mut failed, mut total, mut where_) = (0, 0, Vec::new());
+    for r in &index.runs {
+        let folder = opts.out.join(&r.folder);
+        let n = sweep::failed_samples(&folder).unwrap_or(0);
+        failed += n;
+        total += r.groups.iter().map(|g| g.n + g.skipped).sum::<usize>() + n;
+        if n > 0 {
+            where_.push(folder.join("samples.jsonl").display().to_string());
+        }
+    }
+    if failed > 0 {
+        return Err(super::SamplesFailed { failed, total, samples: where_.join(", ") }.into());
+    }
     Ok(())
 }
 

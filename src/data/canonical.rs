@@ -104,7 +104,8 @@ pub fn parse_with(
         }
         trajectories.push(Trajectory { id, steps: steps.into_iter().map(|(_, s)| s).collect() });
     }
-    Ok((Dataset { name: name.to_string(), source: path.display().to_string(), trajectories }, skipped))
+    let sha256 = crate::util::sha256_hex(text.as_bytes());
+    Ok((Dataset { name: name.to_string(), source: path.display().to_string(), trajectories, sha256 }, skipped))
 }
 
 /// The top-level fields of a canonical row; any other field is moved into `extra`.

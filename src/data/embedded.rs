@@ -9,7 +9,7 @@ use std::path::Path;
 /// The canonical JSONL text of the embedded sample.
 pub const SAMPLE_JSONL: &str = include_str!("sample.jsonl");
 
-/// Name used for the embedded sample in sample ids.
+/// The embedded sample's dataset name (`--data sample`).
 pub const SAMPLE_NAME: &str = "sample";
 
 pub fn load() -> Result<Dataset, DataError> {

@@ -176,16 +176,26 @@ pub fn load_with(spec: &DataSpec, opts: &LoadOptions) -> Result<Loaded, DataErro
 /// name (names joined by `+` for several paths).
 pub fn load_paths(paths: &[PathBuf], opts: &LoadOptions) -> Result<Loaded, DataError> {
     let mut acc = Acc { report: LoadReport::default(), trajectories: Vec::new(), seen: HashMap::new() };
+    // The files read as sources, with the names they have in the data's digest.
+    let mut read: Vec<(PathBuf, String)> = Vec::new();
     for path in paths {
         let meta = std::fs::metadata(path).map_err(|source| DataError::Io { path: path.clone(), source })?;
         if meta.is_dir() {
             let mut files = Vec::new();
             walk(path, &mut files).map_err(|source| DataError::Io { path: path.clone(), source })?;
             for file in files {
+                let ignored = acc.report.ignored.len();
                 read_one(&file, true, opts, &mut acc, None)?;
+                if acc.report.ignored.len() == ignored {
+                    let rel = file.strip_prefix(path).unwrap_or(&file).to_string_lossy().replace('\\', "/");
+                    read.push((file, rel));
+                }
             }
         } else {
             read_one(path, false, opts, &mut acc, None)?;
+            let name =
+                path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+            read.push((path.clone(), name));
         }
     }
     let name = paths
@@ -207,7 +217,21 @@ pub fn load_paths(paths: &[PathBuf], opts: &LoadOptions) -> Result<Loaded, DataE
             ),
         });
     }
-    Ok(Loaded { dataset: Dataset { name, source, trajectories: acc.trajectories }, report: acc.report })
+    let sha256 = files_sha256(&read)?;
+    Ok(Loaded { dataset: Dataset { name, source, trajectories: acc.trajectories, sha256 }, report: acc.report })
+}
+
+/// The digest of the files a load read: one file's sha256, or for several
+/// the sha256 of their `<sha256>  <name>\n` lines in the order read (names
+/// relative to the folder given).
+fn files_sha256(files: &[(PathBuf, String)]) -> Result<String, DataError> {
+    let mut lines = String::new();
+    let mut only = String::new();
+    for (path, name) in files {
+        only = crate::util::sha256_file(path).map_err(|source| DataError::Io { path: path.clone(), source })?;
+        lines.push_str(&format!("{only}  {name}\n"));
+    }
+    Ok(if files.len() == 1 { only } else { crate::util::sha256_hex(lines.as_bytes()) })
 }
 
 /// What a load has gathered so far.
@@ -510,4 +534,33 @@ pub fn read_with(path: &Path, format: Format, opts: &LoadOptions) -> Result<(Vec
     report.steps = trajectories.iter().map(|t| t.steps.len()).sum();
     report.skipped = skipped.iter().map(ToString::to_string).collect();
     Ok((trajectories, report))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{load_paths, LoadOptions};
+    use crate::util::{sha256_file, sha256_hex};
+
+    #[test]
+    fn the_data_sha256_is_of_the_files_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let row = |t: &str| {
+            (0..6)
+                .map(|i| format!("{{\"trajectory\": \"{t}\", \"step\": {i}, \"code\": \"x = {i}\"}}\n"))
+                .collect::<String>()
+        };
+        let sub = dir.path().join("d");
+        std::fs::create_dir_all(sub.join("inner")).unwrap();
+        let (a, b) = (sub.join("a.jsonl"), sub.join("inner/b.jsonl"));
+        std::fs::write(&a, row("ta")).unwrap();
+        std::fs::write(&b, row("tb")).unwrap();
+        // A file that is no trajectory source is not part of the digest.
+        std::fs::write(sub.join("dataset_info.json"), "{\"name\": 1}").unwrap();
+        let one = load_paths(std::slice::from_ref(&a), &LoadOptions::default()).unwrap();
+        assert_eq!(one.dataset.sha256, sha256_file(&a).unwrap());
+        let both = load_paths(std::slice::from_ref(&sub), &LoadOptions::default()).unwrap();
+        assert_eq!(both.report.ignored.len(), 1);
+        let lines = format!("{}  a.jsonl\n{}  inner/b.jsonl\n", sha256_file(&a).unwrap(), sha256_file(&b).unwrap());
+        assert_eq!(both.dataset.sha256, sha256_hex(lines.as_bytes()));
+    }
 }

@@ -146,13 +146,18 @@ pub struct Trajectory {
     pub steps: Vec<Step>,
 }
 
-/// A named collection of trajectories. The name enters every sample id.
+/// A named collection of trajectories.
 #[derive(Debug, Clone)]
 pub struct Dataset {
     pub name: String,
     /// Where it came from (`sample` for the embedded one).
     pub source: String,
     pub trajectories: Vec<Trajectory>,
+    /// sha256 of the bytes it was read from: one file's sha256; for several
+    /// files (a folder) the sha256 of their `<sha256>  <relative path>\n`
+    /// lines; for the embedded sample, of its embedded JSONL. It enters every
+    /// sample id and the content identity of a run folder.
+    pub sha256: String,
 }
 
 impl Dataset {

@@ -3,7 +3,8 @@
 //! For step k, `next_cell` predicts step k's code from steps 0..k-1; `output`
 //! predicts step k's output from steps 0..k-1 plus step k's code. Each sample
 //! runs with or without runtime information. A sample id is a stable hash of
-//! (dataset, trajectory, step, task, runtime), so shards, resumes and merges agree.
+//! (the data's sha256, trajectory, step, task, runtime), so shards, resumes and
+//! merges over the same data agree, and the same names over other data do not.
 
 use super::{Dataset, Step};
 use serde::{Deserialize, Serialize};
@@ -81,9 +82,10 @@ pub struct Sample {
 }
 
 impl Sample {
-    pub fn new(dataset: &str, r: &SampleRef, runtime: bool) -> Sample {
+    /// The sample of `r` in the data whose sha256 is `data_sha256` ([`Dataset::sha256`]).
+    pub fn new(data_sha256: &str, r: &SampleRef, runtime: bool) -> Sample {
         Sample {
-            id: sample_id(dataset, &r.trajectory, r.step, r.task, runtime),
+            id: sample_id(data_sha256, &r.trajectory, r.step, r.task, runtime),
             task: r.task,
             runtime,
             trajectory: r.trajectory.clone(),
@@ -93,11 +95,11 @@ impl Sample {
 }
 
 /// Stable id: the first 16 hex digits of
-/// sha256("themisto-sample-v1\0{dataset}\0{trajectory}\0{step}\0{task}\0{runtime}").
-pub fn sample_id(dataset: &str, trajectory: &str, step: usize, task: Task, runtime: bool) -> String {
+/// sha256("themisto-sample-v2\0{data sha256}\0{trajectory}\0{step}\0{task}\0{runtime}").
+pub fn sample_id(data_sha256: &str, trajectory: &str, step: usize, task: Task, runtime: bool) -> String {
     let mut h = Sha256::new();
-    h.update(b"themisto-sample-v1\0");
-    for part in [dataset, trajectory, &step.to_string(), task.as_str(), if runtime { "1" } else { "0" }] {
+    h.update(b"themisto-sample-v2\0");
+    for part in [data_sha256, trajectory, &step.to_string(), task.as_str(), if runtime { "1" } else { "0" }] {
         h.update(part.as_bytes());
         h.update([0u8]);
     }
@@ -163,6 +165,8 @@ mod tests {
         assert_ne!(a, sample_id("sample", "t1", 5, Task::Output, false));
         assert_ne!(a, sample_id("sample", "t1", 6, Task::NextCell, false));
         assert_ne!(a, sample_id("other", "t1", 5, Task::NextCell, false));
+        // The v2 layout, pinned (computed independently with Python's hashlib).
+        assert_eq!(sample_id("abc", "t1", 5, Task::NextCell, false), "43027049f75638c5");
         // Separators keep ("t1", 15) and ("t11", 5) apart.
         assert_ne!(sample_id("s", "t1", 15, Task::Output, false), sample_id("s", "t11", 5, Task::Output, false));
     }

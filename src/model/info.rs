@@ -22,6 +22,10 @@ pub struct ModelInfo {
     /// The engine that ran the model: `native`, `candle` or `candle-safetensors`.
     #[serde(default)]
     pub engine: String,
+    /// The native engine's kernel set (e.g. `AVX2 (k-quant sums v3)`); empty
+    /// on other engines. Across kernel sets a near tie can flip a greedy token.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub kernels: String,
     /// The weights' format: `gguf` or `safetensors` (absent in older results: `gguf`).
     #[serde(default = "gguf")]
     pub format: String,

@@ -154,6 +154,7 @@ fn load_checkpoint(resolved: &ResolvedModel, device: &Device, opts: &LoadOptions
         device: device_name(device),
         weights: format!("{dtype_name} (stored {}, --dtype {})", facts.stored_dtype, opts.dtype),
         engine: "candle-safetensors".into(),
+        kernels: String::new(),
         format: "safetensors".into(),
         dtype: dtype_name,
         files,
@@ -210,9 +211,11 @@ pub fn load(resolved: &ResolvedModel, device: &Device, opts: &LoadOptions) -> Re
         ),
         WeightsPolicy::Auto => ("quantized", "quantized".into()),
     };
+    let mut kernels = String::new();
     let (model, weights_desc): (Box<dyn LanguageModel>, String) = if engine == Engine::Native {
         let m = NativeModel::load(path, &ct)?;
         let desc = m.description();
+        kernels = m.kernels().name().to_string();
         (Box::new(m), desc)
     } else {
         let (ctx, vocab) = (facts.context_length, facts.vocab_rows);
@@ -237,6 +240,7 @@ pub fn load(resolved: &ResolvedModel, device: &Device, opts: &LoadOptions) -> Re
         device: device_name(device),
         weights: weights_desc,
         engine: engine.to_string(),
+        kernels,
         format: "gguf".into(),
         dtype: String::new(),
         files: vec![FileDigest {

@@ -1,20 +1,37 @@
-//! The run folder: `config.json` written (or checked, on resume) before any
-//! sample runs, and the ids of the samples already recorded.
+//! The run folder: locked for this process ([`super::lock`]), `config.json`
+//! written (or checked, on resume) before any sample runs, and the ids of the
+//! samples already recorded.
 
+use super::lock::{self, FolderLock};
 use super::{io_err, RunError, RunOptions};
-use crate::config::{differences, RunConfig};
+use crate::config::{content_difference, differences, ContentIdentity, RunConfig};
 use crate::records;
 use std::collections::HashSet;
+use std::path::Path;
 
-/// Check or write `config.json`; returns the ids already done. A folder that
+/// Lock the folder, then check or write `config.json`: [`prepare_locked`]
+/// without a lock taken before.
+pub fn prepare(cfg: &RunConfig, opts: &RunOptions) -> Result<(HashSet<String>, FolderLock), RunError> {
+    prepare_locked(cfg, opts, None)
+}
+
+/// Lock the folder (or keep the lock `held`), then check or write
+/// `config.json`; returns the ids already done and the lock. A folder that
 /// holds a run is refused without `resume`; with it, a configuration that
-/// differs is refused and every differing setting is named with both values.
-pub fn prepare(cfg: &RunConfig, opts: &RunOptions) -> Result<HashSet<String>, RunError> {
+/// differs is refused and every differing setting is named with both values,
+/// and so is a content identity that differs (its first differing field).
+pub fn prepare_locked(
+    cfg: &RunConfig,
+    opts: &RunOptions,
+    held: Option<FolderLock>,
+) -> Result<(HashSet<String>, FolderLock), RunError> {
     let out = &opts.out;
-    if out.exists() && !out.is_dir() {
-        return Err(RunError::Config(format!("--out {} is a file, not a folder", out.display())));
-    }
+    lock::check_out(out)?;
     std::fs::create_dir_all(out).map_err(io_err(out))?;
+    let guard = match held {
+        Some(g) => g,
+        None => lock::lock(out)?,
+    };
     let config_path = out.join("config.json");
     let samples_path = out.join("samples.jsonl");
     let mut done = HashSet::new();
@@ -26,9 +43,7 @@ pub fn prepare(cfg: &RunConfig, opts: &RunOptions) -> Result<HashSet<String>, Ru
             )));
         }
         if config_path.exists() {
-            let text = std::fs::read_to_string(&config_path).map_err(io_err(&config_path))?;
-            let old: RunConfig = serde_json::from_str(&text)
-                .map_err(|e| RunError::Config(format!("{}: not a run configuration: {e}", config_path.display())))?;
+            let old = read_config(&config_path)?;
             let diffs = differences(&old.identity(), &cfg.identity(), usize::MAX);
             if !diffs.is_empty() {
                 let list: Vec<String> = diffs.iter().map(|d| d.to_string()).collect();
@@ -39,6 +54,9 @@ pub fn prepare(cfg: &RunConfig, opts: &RunOptions) -> Result<HashSet<String>, Ru
                     list.join("; ")
                 )));
             }
+            if let Some(content) = &cfg.content {
+                check_content(&old, content, out)?;
+            }
         }
         if samples_path.exists() {
             records::truncate_partial_line(&samples_path)?;
@@ -48,5 +66,24 @@ pub fn prepare(cfg: &RunConfig, opts: &RunOptions) -> Result<HashSet<String>, Ru
         }
     }
     records::write_json_atomic(&config_path, cfg).map_err(io_err(&config_path))?;
-    Ok(done)
+    Ok((done, guard))
+}
+
+/// A run folder's `config.json`.
+pub fn read_config(path: &Path) -> Result<RunConfig, RunError> {
+    let text = std::fs::read_to_string(path).map_err(io_err(path))?;
+    serde_json::from_str(&text)
+        .map_err(|e| RunError::Config(format!("{}: not a run configuration: {e}", path.display())))
+}
+
+/// Refuse to continue the run of `folder` (configuration `old`) with the
+/// content identity `new` when they differ, naming the first differing field.
+pub fn check_content(old: &RunConfig, new: &ContentIdentity, folder: &Path) -> Result<(), RunError> {
+    match content_difference(old.content.as_ref(), new) {
+        None => Ok(()),
+        Some(m) => Err(RunError::Config(format!(
+            "cannot resume {}: it was run on other content ({m}); run it with the model and data it was made with, or choose another --out",
+            folder.display()
+        ))),
+    }
 }

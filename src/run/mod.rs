@@ -9,17 +9,19 @@
 //!
 //! - [`select`]: which samples, in which order.
 //! - [`folder`]: preparing and checking the run folder.
+//! - [`lock`]: one writer per folder.
 //! - [`sample`]: one sample through prompt, decoder, cleaning and scores.
 
 pub mod ahead;
 pub mod batch;
 pub mod folder;
+pub mod lock;
 pub mod sample;
 pub mod select;
 
 pub use select::{dataset_sha256, select_samples};
 
-use crate::config::{check_window, ConfigError, RunConfig};
+use crate::config::{check_window, ConfigError, ContentIdentity, RunConfig};
 use crate::data::protocol::MIN_PRIOR_STEPS;
 use crate::data::samples::Sample;
 use crate::data::{self, DataError, Dataset};
@@ -95,20 +97,36 @@ pub fn load_session(cfg: &RunConfig, opts: &RunOptions) -> Result<Session, RunEr
     Ok(Session { dataset, loaded })
 }
 
-/// Run a benchmark configuration; returns the results file written.
+/// Run a benchmark configuration; returns the results file written. An
+/// `--out` that is a file, or a folder another process is writing, is
+/// refused before the model loads.
 pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<ResultsFile, RunError> {
+    lock::check_out(&opts.out)?;
+    let held = lock::lock_existing(&opts.out, &["config.json", "samples.jsonl"])?;
     let mut session = load_session(cfg, opts)?;
-    run_in(&mut session, cfg, opts)
+    run_locked(&mut session, cfg, opts, held)
 }
 
 /// Run a configuration with an already loaded session (its model and data
 /// must be the ones `cfg` names). Writes `config.json`, `samples.jsonl` and
-/// `results.json` into `opts.out`.
+/// `results.json` into `opts.out`, holding the folder's lock meanwhile.
 pub fn run_in(session: &mut Session, cfg: &RunConfig, opts: &RunOptions) -> Result<ResultsFile, RunError> {
+    run_locked(session, cfg, opts, None)
+}
+
+/// [`run_in`] with the folder's lock taken already (`held`), or not yet.
+fn run_locked(
+    session: &mut Session,
+    cfg: &RunConfig,
+    opts: &RunOptions,
+    held: Option<lock::FolderLock>,
+) -> Result<ResultsFile, RunError> {
     let wall = Instant::now();
     cfg.validate()?;
     let Session { dataset, loaded } = session;
     let dataset: &Dataset = dataset;
+    let with_content = RunConfig { content: Some(ContentIdentity::of(&loaded.info, dataset)), ..cfg.clone() };
+    let cfg = &with_content;
     let (samples, warnings) = select_samples(cfg, dataset)?;
     if samples.is_empty() {
         return Err(RunError::Config(format!(
@@ -119,7 +137,7 @@ pub fn run_in(session: &mut Session, cfg: &RunConfig, opts: &RunOptions) -> Resu
     check_window(cfg.prompt.context_tokens, loaded.info.context_length, &loaded.info.id)?;
     let custom: Vec<PromptTemplate> =
         cfg.prompt_templates.iter().map(|p| PromptTemplate::load(p)).collect::<Result<_, _>>()?;
-    let done = folder::prepare(cfg, opts)?;
+    let (done, _lock) = folder::prepare_locked(cfg, opts, held)?;
     for w in &warnings {
         eprintln!("warning: {w}");
     }

@@ -63,7 +63,7 @@ pub fn select_samples(cfg: &RunConfig, dataset: &Dataset) -> Result<(Vec<Sample>
     };
     let traj_index = |id: &str| dataset.trajectories.iter().position(|t| t.id == id).unwrap_or(usize::MAX);
     let mut out: Vec<Sample> =
-        refs.iter().flat_map(|r| cfg.runtime.iter().map(move |rt| Sample::new(&dataset.name, r, *rt))).collect();
+        refs.iter().flat_map(|r| cfg.runtime.iter().map(move |rt| Sample::new(&dataset.sha256, r, *rt))).collect();
     out.sort_by(|a, b| {
         (traj_index(&a.trajectory), a.step, a.task, a.runtime).cmp(&(
             traj_index(&b.trajectory),

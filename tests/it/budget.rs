@@ -90,6 +90,7 @@ fn make_dataset(steps: Vec<(usize, usize, bool, String)>) -> Dataset {
         name: "prop".into(),
         source: "prop".into(),
         trajectories: vec![Trajectory { id: "t".into(), steps: out }],
+        sha256: String::new(),
     }
 }
 

@@ -26,7 +26,7 @@ fn dataset(n_traj: usize, n_steps: usize, len: impl Fn(usize, usize) -> usize) -
             steps: (0..n_steps).map(|s| step(s, "c".repeat(len(t, s)), "o".repeat(len(t, s) + 1))).collect(),
         })
         .collect();
-    Dataset { name: "synthetic".into(), source: "test".into(), trajectories }
+    Dataset { name: "synthetic".into(), source: "test".into(), trajectories, sha256: String::new() }
 }
 
 /// Lengths spread over 1..=400 with a few very long outliers.
@@ -247,7 +247,7 @@ proptest::proptest! {
                 steps: ls.iter().enumerate().map(|(s, l)| step(s, "x".repeat(*l), " ".repeat(l % 3) + &"y".repeat(*l / 2))).collect(),
             })
             .collect();
-        let d = Dataset { name: "p".into(), source: "p".into(), trajectories };
+        let d = Dataset { name: "p".into(), source: "p".into(), trajectories, sha256: String::new() };
         let out = themisto_protocol(&d, seed, per_task);
         let mut sorted = out.refs.clone();
         sorted.sort();

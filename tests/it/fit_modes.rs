@@ -21,8 +21,19 @@ fn prompt_config(args: &[&str]) -> RunConfig {
     }
 }
 
+/// A sample's id as it was made before ids hashed the data's sha256
+/// (`themisto-sample-v1`, over the dataset's name), so that digests taken
+/// then still check the prompts.
+fn v1_id(dataset: &str, s: &themisto::data::samples::Sample) -> String {
+    let step = s.step.to_string();
+    let parts = [dataset, &s.trajectory, &step, s.task.as_str(), if s.runtime { "1" } else { "0" }];
+    let text: String = parts.iter().map(|p| format!("{p}\0")).collect();
+    themisto::util::sha256_hex(format!("themisto-sample-v1\0{text}").as_bytes())[..16].to_string()
+}
+
 /// `(id, prompt tokens, sha256 of the prompt)` lines of a configuration's
-/// prompts, hashed; and the prompts.
+/// prompts (ids as made before they hashed the data's sha256), hashed; and
+/// the prompts.
 fn prompts_digest(cfg: &RunConfig) -> (String, Vec<(themisto::data::samples::Sample, FitOutcome)>) {
     let dataset = themisto::data::load(&cfg.data_spec()).unwrap();
     let (samples, _) = themisto::run::select_samples(cfg, &dataset).unwrap();
@@ -33,7 +44,8 @@ fn prompts_digest(cfg: &RunConfig) -> (String, Vec<(themisto::data::samples::Sam
     for s in samples {
         let o = b.build(&dataset, &s).unwrap();
         let FitOutcome::Fitted(p) = &o else { panic!("{} skipped", s.id) };
-        lines.push_str(&format!("{} {} {}\n", s.id, p.tokens.len(), themisto::util::sha256_hex(p.text.as_bytes())));
+        let id = v1_id(&dataset.name, &s);
+        lines.push_str(&format!("{id} {} {}\n", p.tokens.len(), themisto::util::sha256_hex(p.text.as_bytes())));
         out.push((s, o));
     }
     (themisto::util::sha256_hex(lines.as_bytes()), out)

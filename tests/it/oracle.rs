@@ -89,6 +89,7 @@ fn config(limit: Option<usize>, context_tokens: usize, max_new_tokens: usize) ->
         batch: None,
         lookup: None,
         shard: None,
+        content: None,
     }
 }
 
@@ -108,6 +109,7 @@ fn info(tokenizer: &Tokenizer) -> ModelInfo {
         device: "cpu".into(),
         weights: "none".into(),
         engine: "scripted".into(),
+        kernels: String::new(),
         format: "gguf".into(),
         dtype: String::new(),
         files: Vec::new(),

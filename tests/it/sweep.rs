@@ -125,11 +125,15 @@ fn sweep_equals_separate_runs_and_continues_after_interruption() {
         // The same configuration as `themisto run` with the same options.
         let alone_cfg = run_config(&model, budget);
         assert_eq!(cfg.run_config(&cfg.models[0], budget), alone_cfg);
-        assert_eq!(swept.config.run(), Some(&alone_cfg));
+        let options = swept.config.run().map(|c| RunConfig { content: None, ..c.clone() });
+        assert_eq!(options, Some(alone_cfg.clone()));
         let alone_dir = dir.path().join(format!("alone-{budget}"));
         let alone =
             run(&alone_cfg, &RunOptions { out: alone_dir.clone(), resume: false, progress: false, fetch: fetch() })
                 .unwrap();
+        // And the same content: model file, data, engine and kernels.
+        assert!(swept.config.run().unwrap().content.is_some());
+        assert_eq!(swept.config, alone.config);
         assert_eq!(swept.groups, alone.groups, "budget {budget}");
         assert_eq!(swept.groups.len(), 4);
         let a = read_samples(&folder.join("samples.jsonl")).unwrap();

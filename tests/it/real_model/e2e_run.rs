@@ -38,6 +38,7 @@ fn config() -> RunConfig {
         batch: None,
         lookup: None,
         shard: None,
+        content: None,
     }
 }
 
@@ -66,9 +67,10 @@ fn sample_run_is_reproducible_and_resumable() {
     }
     let recs_a = read_samples(&a.join("samples.jsonl")).unwrap();
     assert_eq!(recs_a.len(), 4);
-    // Ids are stable: they follow from (dataset, trajectory, step, task, runtime) alone.
+    // Ids are stable: they follow from (data sha256, trajectory, step, task, runtime) alone.
+    let data_sha = themisto::util::sha256_hex(themisto::data::embedded::SAMPLE_JSONL.as_bytes());
     for r in &recs_a {
-        assert_eq!(r.id, themisto::data::samples::sample_id("sample", &r.trajectory, r.step, r.task, r.runtime));
+        assert_eq!(r.id, themisto::data::samples::sample_id(&data_sha, &r.trajectory, r.step, r.task, r.runtime));
         assert!(r.prompt_tokens + 48 <= 1024, "{}", r.prompt_tokens);
         assert!(r.finish_reason.is_some());
     }
