@@ -182,7 +182,7 @@ impl RunConfig {
 /// runs with the same options and the same content identity make the same
 /// predictions; `--resume`, sweep continuation and `merge` refuse to join
 /// records of different ones ([`content_difference`]).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ContentIdentity {
     pub model: ModelContent,
     pub data: DataContent,
@@ -194,7 +194,7 @@ pub struct ContentIdentity {
 }
 
 /// The model's files.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ModelContent {
     /// `gguf` or `safetensors`.
     pub format: String,
@@ -210,7 +210,7 @@ pub struct ModelContent {
 }
 
 /// The data's bytes.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DataContent {
     /// [`crate::data::Dataset::sha256`]: one file's sha256, the sha256 of
     /// the `<sha256>  <relative path>\n` lines of a folder's files, or of the

@@ -97,8 +97,10 @@ pub fn kernels_from_env() -> Result<Kernels, String> {
 /// [`Kernels::features`] and [`Kernels::name`], e.g. `kernels:
 /// avx512+vnni+amx (AVX-512 VNNI (k-quant sums v2, block sums v3))`.
 pub fn kernels_line() -> String {
-    let k = kernels_from_env();
-    format!("kernels: {} ({})", k.features().join("+"), k.name())
+    match kernels_from_env() {
+        Ok(k) => format!("kernels: {} ({})", k.features().join("+"), k.name()),
+        Err(e) => format!("kernels: none ({e})"),
+    }
 }
 
 /// Why the native engine cannot run a file, or `None` when it can.
