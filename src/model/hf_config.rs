@@ -87,6 +87,11 @@ const HARMLESS: &[&str] = &[
     "typical_p",
     "use_bfloat16",
     "use_cache",
+    // Mixture-of-experts training: the router's auxiliary loss, logits and
+    // noise (transformers adds no noise at inference).
+    "output_router_logits",
+    "router_aux_loss_coef",
+    "router_jitter_noise",
 ];
 
 /// Whether an architecture's engine reads `key` (after [`normalise`] has
@@ -136,6 +141,40 @@ fn reads(arch: HfArch, key: &str) -> bool {
             "_sliding_window_pattern",
             "rope_local_base_freq",
             "use_bidirectional_attention",
+        ],
+        HfArch::Gemma => {
+            &["hidden_act", "hidden_activation", "rms_norm_eps", "attention_bias", "use_bidirectional_attention"]
+        }
+        HfArch::Mixtral => &["hidden_act", "rms_norm_eps", "num_local_experts", "num_experts_per_tok"],
+        HfArch::Olmo2 => &["hidden_act", "rms_norm_eps", "attention_bias", "clip_qkv"],
+        HfArch::Qwen2Moe => &[
+            "hidden_act",
+            "rms_norm_eps",
+            "use_sliding_window",
+            "max_window_layers",
+            "decoder_sparse_step",
+            "moe_intermediate_size",
+            "shared_expert_intermediate_size",
+            "num_experts_per_tok",
+            "num_experts",
+            "norm_topk_prob",
+            "mlp_only_layers",
+            "qkv_bias",
+        ],
+        HfArch::Qwen3Moe => &[
+            "hidden_act",
+            "rms_norm_eps",
+            "use_sliding_window",
+            "max_window_layers",
+            "attention_bias",
+            "decoder_sparse_step",
+            "moe_intermediate_size",
+            "num_experts_per_tok",
+            "num_experts",
+            "norm_topk_prob",
+            "mlp_only_layers",
+            // transformers 5's name for `num_experts`.
+            "num_local_experts",
         ],
     };
     DENSE.contains(&key) || own.contains(&key)
@@ -436,6 +475,8 @@ fn check_values(arch: HfArch, config: &Map<String, Json>) -> Result<(), String> 
         if !(stack && matches!(kind, "linear" | "llama3" | "yarn")) && kind != "default" {
             return Err(format!("`rope_scaling` {} is not implemented for {name}", Json::from(scaling.clone())));
         }
+        // Every field the kind needs, checked before any weight is read.
+        RopeScaling::of(config)?;
     } else if is_set(config, "rope_scaling") {
         return Err(format!("`rope_scaling` is not an object: {}", config["rope_scaling"]));
     }
@@ -455,10 +496,18 @@ fn check_values(arch: HfArch, config: &Map<String, Json>) -> Result<(), String> 
             }
         }
     }
-    if matches!(arch, HfArch::Gemma2 | HfArch::Gemma3) && flag("use_bidirectional_attention") {
+    if matches!(arch, HfArch::Gemma | HfArch::Gemma2 | HfArch::Gemma3) && flag("use_bidirectional_attention") {
         return Err(format!("`use_bidirectional_attention: true` is not implemented for {name}"));
     }
-    if matches!(arch, HfArch::Qwen2 | HfArch::Starcoder2 | HfArch::Phi3) {
+    if matches!(arch, HfArch::Qwen2Moe | HfArch::Qwen3Moe) {
+        if let Some(layers) = config.get("mlp_only_layers").and_then(Json::as_array).filter(|l| !l.is_empty()) {
+            return Err(format!("`mlp_only_layers` {} is not implemented for {name}", Json::from(layers.clone())));
+        }
+    }
+    if arch == HfArch::Qwen2Moe && config.get("qkv_bias").and_then(Json::as_bool) == Some(false) {
+        return Err("`qkv_bias: false` is not implemented for qwen2_moe".into());
+    }
+    if matches!(arch, HfArch::Qwen2 | HfArch::Starcoder2 | HfArch::Phi3 | HfArch::Mixtral | HfArch::Qwen2Moe) {
         // Their engines take the head size as hidden_size / heads.
         if let (Some(d), Some(h), Some(n)) =
             (usize_of(config, "head_dim")?, usize_of(config, "hidden_size")?, usize_of(config, "num_attention_heads")?)
@@ -478,10 +527,8 @@ fn check_values(arch: HfArch, config: &Map<String, Json>) -> Result<(), String> 
 /// all but every `sliding_window_pattern`-th).
 fn windows(arch: HfArch, config: &Map<String, Json>) -> Result<Attention, String> {
     let layers = usize_of(config, "num_hidden_layers")?.ok_or("no integer `num_hidden_layers`")?;
-    let window = usize_of(config, "sliding_window")?;
-    if window == Some(0) {
-        return Err("`sliding_window` is 0".into());
-    }
+    // A window of 0 is none (qwen2_moe writes one); sliding layers then lack one.
+    let window = usize_of(config, "sliding_window")?.filter(|&w| w > 0);
     let sliding: Vec<bool> = match config.get("layer_types").filter(|v| !v.is_null()) {
         Some(Json::Array(types)) => {
             if types.len() != layers {
@@ -499,9 +546,9 @@ fn windows(arch: HfArch, config: &Map<String, Json>) -> Result<Attention, String
         Some(other) => return Err(format!("`layer_types` is not a list: {other}")),
         None => (0..layers)
             .map(|i| match arch {
-                HfArch::Llama => Ok(false),
-                HfArch::Mistral | HfArch::Starcoder2 | HfArch::Phi3 => Ok(window.is_some()),
-                HfArch::Qwen2 | HfArch::Qwen3 => {
+                HfArch::Llama | HfArch::Gemma | HfArch::Olmo2 => Ok(false),
+                HfArch::Mistral | HfArch::Starcoder2 | HfArch::Phi3 | HfArch::Mixtral => Ok(window.is_some()),
+                HfArch::Qwen2 | HfArch::Qwen3 | HfArch::Qwen2Moe | HfArch::Qwen3Moe => {
                     let on = config.get("use_sliding_window").and_then(Json::as_bool).unwrap_or(false);
                     let from = usize_of(config, "max_window_layers")?.unwrap_or(0);
                     Ok(on && window.is_some() && i >= from)
@@ -526,8 +573,8 @@ fn windows(arch: HfArch, config: &Map<String, Json>) -> Result<Attention, String
             (false, _) => Ok(None),
         })
         .collect::<Result<Vec<_>, _>>()?;
-    if arch == HfArch::Llama && layer_windows.iter().any(Option::is_some) {
-        return Err("sliding attention layers are not implemented for llama".into());
+    if matches!(arch, HfArch::Llama | HfArch::Gemma | HfArch::Olmo2) && layer_windows.iter().any(Option::is_some) {
+        return Err(format!("sliding attention layers are not implemented for {}", arch.as_str()));
     }
     Ok(Attention { layer_windows })
 }
@@ -570,7 +617,44 @@ fn fill_defaults(arch: HfArch, config: &mut Map<String, Json>, attention: &Atten
                 config.insert("sliding_window".into(), positions);
             }
         }
-        HfArch::Starcoder2 | HfArch::Phi3 | HfArch::Gemma2 => {}
+        HfArch::Mixtral | HfArch::Qwen2Moe | HfArch::Qwen3Moe => {
+            // candle's models read one window for every layer, inside a pass;
+            // the loader bounds the context by the smallest (`window_bound`).
+            let positions = config.get("max_position_embeddings").cloned().unwrap_or(Json::Null);
+            let w = if arch == HfArch::Qwen3Moe {
+                window.map_or(Json::Null, Json::from)
+            } else {
+                window.map_or(positions, Json::from)
+            };
+            config.insert("sliding_window".into(), w);
+            if arch == HfArch::Qwen3Moe {
+                if let Some(n) = config.remove("num_local_experts") {
+                    match config.get("num_experts") {
+                        Some(old) if !old.is_null() && old != &n => {
+                            return Err(format!("`num_experts` {old} and `num_local_experts` {n} disagree"));
+                        }
+                        _ => {
+                            config.insert("num_experts".into(), n);
+                        }
+                    }
+                }
+            }
+            if arch != HfArch::Mixtral {
+                config.insert("use_sliding_window".into(), Json::from(false));
+                if !is_set(config, "max_window_layers") {
+                    config.insert("max_window_layers".into(), Json::from(attention.layer_windows.len()));
+                }
+            } else {
+                config.insert("use_flash_attn".into(), Json::from(false));
+            }
+        }
+        HfArch::Gemma => {
+            // transformers' gemma takes `hidden_activation`; candle's refuses both.
+            if is_set(config, "hidden_activation") {
+                config.remove("hidden_act");
+            }
+        }
+        HfArch::Starcoder2 | HfArch::Phi3 | HfArch::Gemma2 | HfArch::Olmo2 => {}
     }
     config.remove("layer_types");
     config.remove("_sliding_window_pattern");
@@ -623,10 +707,16 @@ mod tests {
         assert_eq!(m["rope_scaling"], json!({"rope_type": "linear", "factor": 2.0}));
         let err = run(
             HfArch::Llama,
+            with(json!({"rope_parameters": {"rope_type": "dynamic", "factor": 8.0, "rope_theta": 5e5}})),
+        )
+        .unwrap_err();
+        assert!(err.contains("dynamic") && err.contains("not implemented"), "{err}");
+        let err = run(
+            HfArch::Llama,
             with(json!({"rope_parameters": {"rope_type": "llama3", "factor": 8.0, "rope_theta": 5e5}})),
         )
         .unwrap_err();
-        assert!(err.contains("llama3") && err.contains("not implemented"), "{err}");
+        assert!(err.contains("low_freq_factor"), "{err}");
         let err =
             run(HfArch::Llama, with(json!({"rope_theta": 1e4, "rope_parameters": {"rope_theta": 5e5}}))).unwrap_err();
         assert!(err.contains("contradicts"), "{err}");

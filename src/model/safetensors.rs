@@ -25,7 +25,7 @@ use super::hf_config::{self, Attention, RopeScaling};
 use super::ModelError;
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
-use candle_transformers::models::{gemma2, gemma3, phi3, starcoder2};
+use candle_transformers::models::{gemma, gemma2, gemma3, mixtral, olmo2, phi3, qwen2_moe, qwen3_moe, starcoder2};
 use serde_json::Value as Json;
 use std::path::{Path, PathBuf};
 
@@ -41,12 +41,30 @@ pub enum HfArch {
     Gemma2,
     /// Gemma 3 text models (`gemma3_text`).
     Gemma3,
+    Gemma,
+    Mixtral,
+    Olmo2,
+    Qwen2Moe,
+    Qwen3Moe,
 }
 
 impl HfArch {
     /// Every `model_type` this build runs.
-    pub const SUPPORTED: [&'static str; 8] =
-        ["llama", "mistral", "qwen2", "qwen3", "starcoder2", "phi3", "gemma2", "gemma3_text"];
+    pub const SUPPORTED: [&'static str; 13] = [
+        "llama",
+        "mistral",
+        "qwen2",
+        "qwen3",
+        "starcoder2",
+        "phi3",
+        "gemma2",
+        "gemma3_text",
+        "gemma",
+        "mixtral",
+        "olmo2",
+        "qwen2_moe",
+        "qwen3_moe",
+    ];
 
     /// The architecture of a `model_type`, if this build runs it.
     pub fn parse(model_type: &str) -> Option<HfArch> {
@@ -59,6 +77,11 @@ impl HfArch {
             "phi3" => HfArch::Phi3,
             "gemma2" => HfArch::Gemma2,
             "gemma3_text" => HfArch::Gemma3,
+            "gemma" => HfArch::Gemma,
+            "mixtral" => HfArch::Mixtral,
+            "olmo2" => HfArch::Olmo2,
+            "qwen2_moe" => HfArch::Qwen2Moe,
+            "qwen3_moe" => HfArch::Qwen3Moe,
             _ => return None,
         })
     }
@@ -74,6 +97,11 @@ impl HfArch {
             HfArch::Phi3 => "phi3",
             HfArch::Gemma2 => "gemma2",
             HfArch::Gemma3 => "gemma3_text",
+            HfArch::Gemma => "gemma",
+            HfArch::Mixtral => "mixtral",
+            HfArch::Olmo2 => "olmo2",
+            HfArch::Qwen2Moe => "qwen2_moe",
+            HfArch::Qwen3Moe => "qwen3_moe",
         }
     }
 }
@@ -131,7 +159,9 @@ impl CheckpointFacts {
         let attention = hf_config::normalise(arch, obj).map_err(|e| config_error(config_path, e))?;
         // transformers' default: tied for starcoder2 and the gemmas.
         let tied = match obj.get("tie_word_embeddings") {
-            None | Some(Json::Null) => matches!(arch, HfArch::Starcoder2 | HfArch::Gemma2 | HfArch::Gemma3),
+            None | Some(Json::Null) => {
+                matches!(arch, HfArch::Starcoder2 | HfArch::Gemma | HfArch::Gemma2 | HfArch::Gemma3)
+            }
             Some(v) => {
                 v.as_bool().ok_or_else(|| config_error(config_path, "`tie_word_embeddings` is not a boolean"))?
             }
@@ -149,9 +179,12 @@ impl CheckpointFacts {
         // cached position: beyond the window they would not compute what
         // transformers does, so the window bounds the context.
         let window_bound = match arch {
-            HfArch::Starcoder2 | HfArch::Phi3 | HfArch::Gemma2 => {
-                attention.smallest_window().filter(|&w| w < positions)
-            }
+            HfArch::Starcoder2
+            | HfArch::Phi3
+            | HfArch::Gemma2
+            | HfArch::Mixtral
+            | HfArch::Qwen2Moe
+            | HfArch::Qwen3Moe => attention.smallest_window().filter(|&w| w < positions),
             _ => None,
         };
         let context_length = window_bound.unwrap_or(positions);
@@ -174,7 +207,7 @@ impl CheckpointFacts {
                 has_lm_head |= name == "lm_head.weight";
             }
         }
-        if !tied && matches!(arch, HfArch::Starcoder2 | HfArch::Gemma2 | HfArch::Gemma3) {
+        if !tied && matches!(arch, HfArch::Starcoder2 | HfArch::Gemma | HfArch::Gemma2 | HfArch::Gemma3) {
             // candle-transformers' models of these take the embedding as the output layer.
             return Err(config_error(
                 config_path,
@@ -211,6 +244,13 @@ pub(crate) enum HfWeights {
     Phi3(phi3::Model),
     Gemma2(gemma2::Model),
     Gemma3(gemma3::Model),
+    Olmo2(olmo2::Model),
+    Qwen2Moe(qwen2_moe::Model),
+    Qwen3Moe(qwen3_moe::ModelForCausalLM),
+    /// Models without a way to empty their caches: the model, and a copy
+    /// with empty caches to go back to.
+    Mixtral(Box<mixtral::Model>, Box<mixtral::Model>),
+    Gemma(Box<gemma::Model>, Box<gemma::Model>),
 }
 
 impl CacheStep for HfWeights {
@@ -220,6 +260,11 @@ impl CacheStep for HfWeights {
             HfWeights::Phi3(m) => m.forward(input, pos)?,
             HfWeights::Gemma2(m) => m.forward(input, pos)?,
             HfWeights::Gemma3(m) => m.forward(input, pos)?,
+            HfWeights::Olmo2(m) => m.forward(input, pos)?,
+            HfWeights::Qwen2Moe(m) => m.forward(input, pos)?,
+            HfWeights::Qwen3Moe(m) => m.forward(input, pos)?,
+            HfWeights::Mixtral(m, _) => m.forward(input, pos)?,
+            HfWeights::Gemma(m, _) => m.forward(input, pos)?,
         };
         // (batch, 1, vocab) -> (batch, vocab)
         let batch = input.dim(0)?;
@@ -232,6 +277,11 @@ impl CacheStep for HfWeights {
             HfWeights::Phi3(m) => m.clear_kv_cache(),
             HfWeights::Gemma2(m) => m.clear_kv_cache(),
             HfWeights::Gemma3(m) => m.clear_kv_cache(),
+            HfWeights::Olmo2(m) => m.clear_kv_cache(),
+            HfWeights::Qwen2Moe(m) => m.clear_kv_cache(),
+            HfWeights::Qwen3Moe(m) => m.clear_kv_cache(),
+            HfWeights::Mixtral(m, empty) => **m = (**empty).clone(),
+            HfWeights::Gemma(m, empty) => **m = (**empty).clone(),
         }
     }
 
@@ -242,6 +292,11 @@ impl CacheStep for HfWeights {
             HfWeights::Starcoder2(m) => HfWeights::Starcoder2(m.clone()),
             HfWeights::Phi3(m) => HfWeights::Phi3(m.clone()),
             HfWeights::Gemma2(m) => HfWeights::Gemma2(m.clone()),
+            HfWeights::Olmo2(m) => HfWeights::Olmo2(m.clone()),
+            HfWeights::Qwen2Moe(m) => HfWeights::Qwen2Moe(m.clone()),
+            HfWeights::Qwen3Moe(m) => HfWeights::Qwen3Moe(m.clone()),
+            HfWeights::Mixtral(m, e) => HfWeights::Mixtral(m.clone(), e.clone()),
+            HfWeights::Gemma(m, e) => HfWeights::Gemma(m.clone(), e.clone()),
             // gemma3 writes its caches in place (candle_nn's KvCache and
             // RotatingKvCache): a copy would share them.
             HfWeights::Gemma3(_) => return None,
@@ -317,6 +372,19 @@ pub(crate) fn build(
         HfArch::Phi3 => HfWeights::Phi3(phi3::Model::new(&parse_config(facts, config_path)?, vb)?),
         HfArch::Gemma2 => HfWeights::Gemma2(gemma2::Model::new(false, &parse_config(facts, config_path)?, vb)?),
         HfArch::Gemma3 => HfWeights::Gemma3(gemma3::Model::new(false, &parse_config(facts, config_path)?, vb)?),
+        HfArch::Olmo2 => HfWeights::Olmo2(olmo2::Model::new(&parse_config(facts, config_path)?, vb)?),
+        HfArch::Qwen2Moe => HfWeights::Qwen2Moe(qwen2_moe::Model::new(&parse_config(facts, config_path)?, vb)?),
+        HfArch::Qwen3Moe => {
+            HfWeights::Qwen3Moe(qwen3_moe::ModelForCausalLM::new(&parse_config(facts, config_path)?, vb)?)
+        }
+        HfArch::Mixtral => {
+            let m = mixtral::Model::new(&parse_config(facts, config_path)?, vb)?;
+            HfWeights::Mixtral(Box::new(m.clone()), Box::new(m))
+        }
+        HfArch::Gemma => {
+            let m = gemma::Model::new(false, &parse_config(facts, config_path)?, vb)?;
+            HfWeights::Gemma(Box::new(m.clone()), Box::new(m))
+        }
     };
     Ok(HfBuilt::Weights(w))
 }

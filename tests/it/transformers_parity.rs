@@ -172,6 +172,34 @@ fn sliding_windows_over_the_cache_match_transformers() {
             ),
         ),
         (
+            "gemma",
+            config(
+                "gemma",
+                json!({"head_dim": 8, "hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": true}),
+            ),
+        ),
+        (
+            "mixtral",
+            config("mixtral", json!({"num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": null})),
+        ),
+        ("olmo2", config("olmo2", json!({}))),
+        (
+            "qwen2_moe",
+            config(
+                "qwen2_moe",
+                json!({"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16,
+                       "shared_expert_intermediate_size": 32, "decoder_sparse_step": 1, "norm_topk_prob": false}),
+            ),
+        ),
+        (
+            "qwen3_moe",
+            config(
+                "qwen3_moe",
+                json!({"head_dim": 8, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16,
+                       "decoder_sparse_step": 1, "norm_topk_prob": true}),
+            ),
+        ),
+        (
             "qwen2, YaRN rope scaling",
             config(
                 "qwen2",
