@@ -438,7 +438,7 @@ impl Stack {
         let embed = candle_nn::embedding(d.vocab, hidden, vm.pp("embed_tokens"))?;
         let (inter, eps, bias) = (d.inter, d.eps, d.qkv_bias);
         let mut layers = Vec::with_capacity(d.layers);
-        for l in 0..d.layers {
+        for (l, &window) in windows.iter().enumerate() {
             let vl = vm.pp("layers").pp(l);
             let (va, vmlp) = (vl.pp("self_attn"), vl.pp("mlp"));
             let proj = |vb: VarBuilder, i: usize, o: usize, with_bias: bool| -> candle_core::Result<Proj> {
@@ -469,7 +469,7 @@ impl Stack {
                 gate: proj(vmlp.pp("gate_proj"), hidden, inter, false)?,
                 up: proj(vmlp.pp("up_proj"), hidden, inter, false)?,
                 down: proj(vmlp.pp("down_proj"), inter, hidden, false)?,
-                window: windows[l],
+                window,
             });
         }
         let norm = Norm::Float(candle_nn::rms_norm(hidden, eps, vm.pp("norm"))?);

@@ -94,6 +94,18 @@ const HARMLESS: &[&str] = &[
     "router_jitter_noise",
 ];
 
+/// What gemma2's engine reads beyond the dense keys (gemma3 reads these too).
+const GEMMA2: &[&str] = &[
+    "hidden_act",
+    "hidden_activation",
+    "rms_norm_eps",
+    "attention_bias",
+    "final_logit_softcapping",
+    "attn_logit_softcapping",
+    "query_pre_attn_scalar",
+    "use_bidirectional_attention",
+];
+
 /// Whether an architecture's engine reads `key` (after [`normalise`] has
 /// rewritten `rope_parameters`).
 fn reads(arch: HfArch, key: &str) -> bool {
@@ -118,30 +130,13 @@ fn reads(arch: HfArch, key: &str) -> bool {
         HfArch::Qwen3 => &["hidden_act", "rms_norm_eps", "use_sliding_window", "max_window_layers", "attention_bias"],
         HfArch::Starcoder2 => &["hidden_act", "norm_epsilon", "use_bias", "mlp_type", "norm_type"],
         HfArch::Phi3 => &["hidden_act", "rms_norm_eps", "original_max_position_embeddings", "partial_rotary_factor"],
-        HfArch::Gemma2 => &[
-            "hidden_act",
-            "hidden_activation",
-            "rms_norm_eps",
-            "attention_bias",
-            "final_logit_softcapping",
-            "attn_logit_softcapping",
-            "query_pre_attn_scalar",
-            "use_bidirectional_attention",
-        ],
-        HfArch::Gemma3 => &[
-            "hidden_act",
-            "hidden_activation",
-            "rms_norm_eps",
-            "attention_bias",
-            "final_logit_softcapping",
-            "attn_logit_softcapping",
-            "query_pre_attn_scalar",
-            "sliding_window_pattern",
-            // transformers 5's private copy of the pattern, which `layer_types` overrides.
-            "_sliding_window_pattern",
-            "rope_local_base_freq",
-            "use_bidirectional_attention",
-        ],
+        HfArch::Gemma2 => GEMMA2,
+        HfArch::Gemma3 => {
+            // transformers 5's `_sliding_window_pattern` is a private copy of
+            // the pattern, which `layer_types` overrides.
+            let more = ["sliding_window_pattern", "_sliding_window_pattern", "rope_local_base_freq"];
+            return DENSE.contains(&key) || GEMMA2.contains(&key) || more.contains(&key);
+        }
         HfArch::Gemma => {
             &["hidden_act", "hidden_activation", "rms_norm_eps", "attention_bias", "use_bidirectional_attention"]
         }

@@ -6,21 +6,11 @@
 use crate::common;
 
 use clap::Parser;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::Output;
 use themisto::cli::{Cli, Command as Sub};
 
-fn themisto() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_themisto"));
-    c.env_remove("RUST_BACKTRACE");
-    c
-}
-
-fn tiny_model(dir: &Path) -> PathBuf {
-    let path = dir.join("tiny.gguf");
-    common::write_tiny_gguf(&path, &common::TinySpec { context: 2048, ..Default::default() });
-    path
-}
+use crate::run_options::{themisto, tiny_model};
 
 /// The options every command of this test shares.
 const OPTIONS: [&str; 8] = ["--limit", "2", "--task", "output", "--context-tokens", "2048", "--max-new-tokens", "4"];

@@ -11,14 +11,14 @@ use themisto::cli::{Cli, Command as Sub};
 use themisto::prompt::PromptFormat;
 use themisto::records::ResultsFile;
 
-fn themisto() -> Command {
+pub(crate) fn themisto() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_themisto"));
     c.env_remove("RUST_BACKTRACE");
     c
 }
 
 /// The tiny model (its GGUF holds a ChatML template, so chat is its default).
-fn tiny_model(dir: &Path) -> PathBuf {
+pub(crate) fn tiny_model(dir: &Path) -> PathBuf {
     let path = dir.join("tiny.gguf");
     common::write_tiny_gguf(&path, &common::TinySpec { context: 2048, ..Default::default() });
     path
