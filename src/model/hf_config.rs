@@ -614,7 +614,7 @@ fn fill_defaults(arch: HfArch, config: &mut Map<String, Json>, attention: &Atten
         }
         HfArch::Mixtral | HfArch::Qwen2Moe | HfArch::Qwen3Moe => {
             // candle's models read one window for every layer, inside a pass;
-            // the loader bounds the context by the smallest (`window_bound`).
+            // the loader bounds the context by the smallest (`CheckpointFacts::context_length`).
             let positions = config.get("max_position_embeddings").cloned().unwrap_or(Json::Null);
             let w = if arch == HfArch::Qwen3Moe {
                 window.map_or(Json::Null, Json::from)

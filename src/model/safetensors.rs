@@ -115,15 +115,12 @@ pub struct CheckpointFacts {
     /// `vocab_size` (the logits length).
     pub vocab_rows: usize,
     /// The positions the engine computes as transformers does:
-    /// `max_position_embeddings`, or less where the engine cannot apply a
-    /// sliding window to cached positions ([`CheckpointFacts::window_bound`]).
+    /// `max_position_embeddings`, or the smallest sliding window where the
+    /// architecture runs on a candle-transformers model that attends every
+    /// cached position (starcoder2, phi3, gemma2 and the mixtures of experts).
     pub context_length: usize,
     /// Each layer's attention window, as transformers resolves it.
     pub attention: Attention,
-    /// The window that bounds `context_length`, where the architecture runs
-    /// on a candle-transformers model that attends every cached position
-    /// (starcoder2, phi3, gemma2).
-    pub window_bound: Option<usize>,
     /// Elements of all tensors (from the safetensors headers).
     pub parameters: u64,
     /// The most common stored dtype by element count, e.g. `BF16`.
@@ -223,17 +220,7 @@ impl CheckpointFacts {
             ));
         }
         let stored_dtype = by_dtype.into_iter().max_by_key(|(_, n)| *n).map(|(k, _)| k).unwrap_or_default();
-        Ok(CheckpointFacts {
-            arch,
-            config,
-            vocab_rows,
-            context_length,
-            attention,
-            window_bound,
-            parameters,
-            stored_dtype,
-            tied,
-        })
+        Ok(CheckpointFacts { arch, config, vocab_rows, context_length, attention, parameters, stored_dtype, tied })
     }
 }
 
